@@ -1,0 +1,38 @@
+"""paddle-ext's exceptions: one base class and a few named subclasses.
+
+Every message names what was wrong (the value, the op or tensor, the placements), what was
+expected, and how to fix it. All of them derive from ``ValueError`` through
+:class:`PaddleExtError` so that code catching ``ValueError`` around Paddle calls keeps working.
+"""
+
+
+class PaddleExtError(ValueError):
+    """Base class of every error paddle-ext raises on purpose."""
+
+
+class PlacementError(PaddleExtError):
+    """A placement, a placement list, a mesh shape or a spec is malformed or inconsistent."""
+
+
+class ConversionError(PaddleExtError):
+    """A conversion to or from Paddle's objects would lose information."""
+
+
+class ShardingRuleError(PaddleExtError):
+    """An SPMD rule, its notation or its inputs are wrong."""
+
+
+class ReshardPlanError(PaddleExtError):
+    """No reshard plan exists for the requested transition, or its inputs are inconsistent."""
+
+
+class ScheduleError(PaddleExtError):
+    """A pipeline schedule is impossible, malformed, invalid or deadlocks."""
+
+
+class CompatError(PaddleExtError, RuntimeError):
+    """The installed Paddle lacks something paddle-ext needs (version, module, registry)."""
+
+
+class HarnessError(PaddleExtError, RuntimeError):
+    """A multi-rank run failed: a rank raised, exited, or did not finish in time."""
