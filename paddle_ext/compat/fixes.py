@@ -1,0 +1,169 @@
+"""Fixes that make Paddle 3.3.x usable on CPU/gloo, applied by ``paddle_ext.install()``.
+
+Each fix is a small named object: ``needed()`` says whether this Paddle needs it (checked on the
+real object, not guessed from the version), ``apply()`` installs it idempotently and ``revert()``
+restores Paddle's original. Nothing is patched at import time.
+
+* ``numpy-mesh-rank`` -- numpy >= 2.4 makes ``int(np.where(...)[i])`` raise on a 1-element array,
+  which breaks ``ProcessMesh.get_rank_by_dim_and_process_id`` and so ``dist.shard_dataloader``
+  ("TypeError: only 0-dimensional arrays can be converted to Python scalars").
+* ``static-gloo-groups`` -- the static Engine's ``ProcessGroup.instantiate`` only knows
+  NCCL/BKCL/XCCL ("AssertionError: No CUDA device found"); on CPU it now creates gloo comm
+  contexts, never re-creating ring 0 (or any id that already has a dygraph gloo group), whose
+  second rendezvous fails with AlreadyExists or times out.
+* ``static-gloo-barrier`` -- the Engine's eager ring-0 ``barrier`` has a CPU kernel that cannot find
+  its comm context ("NCCLCommContext is nullptr"); on CPU it goes through ``dist.barrier()``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .version import require_paddle
+
+
+@dataclass
+class Fix:
+    name: str
+    summary: str
+    _needed: Callable[[], bool]
+    _apply: Callable[[], tuple]  # returns (owner, attribute, original) triples to restore
+    _saved: list = field(default_factory=list)
+
+    def needed(self) -> bool:
+        return self._needed()
+
+    def is_applied(self) -> bool:
+        return bool(self._saved)
+
+    def apply(self) -> bool:
+        """Apply once; returns True if this call changed anything."""
+        if self._saved or not self._needed():
+            return False
+        self._saved = list(self._apply())
+        return True
+
+    def revert(self) -> None:
+        for owner, attr, original in reversed(self._saved):
+            setattr(owner, attr, original)
+        self._saved = []
+
+
+# -- numpy >= 2.4: ProcessMesh.get_rank_by_dim_and_process_id ------------------------------
+def _mesh_rank_needed() -> bool:
+    require_paddle("fix numpy-mesh-rank")
+    import paddle.distributed as dist
+
+    mesh = dist.ProcessMesh([0, 1], dim_names=["x"])
+    try:
+        dist.ProcessMesh.get_rank_by_dim_and_process_id(mesh, "x", 1)
+    except TypeError:
+        return True
+    return False
+
+
+def _mesh_rank_apply():
+    import numpy as np
+    from paddle.distributed.auto_parallel.process_mesh import ProcessMesh
+
+    original = ProcessMesh.get_rank_by_dim_and_process_id
+
+    def get_rank_by_dim_and_process_id(self, dim, process_id):
+        if process_id not in self._process_ids:
+            return -1
+        if dim is None:
+            return 0
+        if isinstance(dim, int):
+            dim_name = self._dim_names[dim]
+        elif isinstance(dim, str):
+            dim_name = dim
+        else:
+            raise ValueError("dim must be a string or an integer.")
+        index = self._dim_names.index(dim_name)
+        return int(np.where(self._mesh == process_id)[index].item())
+
+    get_rank_by_dim_and_process_id.__doc__ = original.__doc__
+    ProcessMesh.get_rank_by_dim_and_process_id = get_rank_by_dim_and_process_id
+    return [(ProcessMesh, "get_rank_by_dim_and_process_id", original)]
+
+
+# -- static Engine on CPU: gloo process groups and ring-0 barrier -----------------------------
+def _cpu_only() -> bool:
+    paddle = require_paddle("static Engine on CPU")
+    from paddle.base import core
+
+    if core.is_compiled_with_cuda() or core.is_compiled_with_xpu():
+        return False
+    return not core.get_all_custom_device_type()
+
+
+def _groups_apply():
+    import paddle
+    from paddle.base import core
+    from paddle.distributed.auto_parallel.static import process_group as pg
+
+    original = pg.ProcessGroup.instantiate
+
+    def instantiate(self):
+        if self._is_instantiate:
+            return
+        rank = pg._get_global_env().rank
+        dygraph_groups = paddle.distributed.collective._get_group_map()
+        existing = dygraph_groups.get(self.id)
+        if existing is not None and sorted(existing.ranks) != sorted(self.ranks):
+            raise RuntimeError(
+                f"paddle-ext static-gloo-groups: static ring {self.id} (ranks {self.ranks}) collides with "
+                f"dygraph group {self.id} (ranks {existing.ranks}); create dygraph groups after the Engine")
+        exists = self.id == 0 or (existing is not None and existing.process_group is not None)
+        if self.nranks >= 2 and rank in self.ranks and not exists:
+            core.CommContextManager.create_gloo_comm_context(
+                core.create_or_get_global_tcp_store(), str(self.id), self.local_rank(rank), self.nranks)
+        self._is_instantiate = True
+
+    pg.ProcessGroup.instantiate = instantiate
+    return [(pg.ProcessGroup, "instantiate", original)]
+
+
+def _barrier_apply():
+    import paddle
+
+    legacy = paddle._legacy_C_ops
+    original = legacy.barrier
+
+    def barrier(x, out, *attrs):
+        ring_id = dict(zip(attrs[::2], attrs[1::2])).get("ring_id", 0)
+        if ring_id == 0 and paddle.in_dynamic_mode():
+            paddle.distributed.barrier()
+            return out
+        return original(x, out, *attrs)
+
+    legacy.barrier = barrier
+    return [(legacy, "barrier", original)]
+
+
+FIXES: dict[str, Fix] = {
+    f.name: f for f in (
+        Fix("numpy-mesh-rank",
+            "ProcessMesh.get_rank_by_dim_and_process_id under numpy>=2.4 (shard_dataloader)",
+            _mesh_rank_needed, _mesh_rank_apply),
+        Fix("static-gloo-groups",
+            "static Engine process groups create gloo comm contexts on CPU (never re-creating ring 0)",
+            _cpu_only, _groups_apply),
+        Fix("static-gloo-barrier",
+            "static Engine's eager ring-0 barrier goes through dist.barrier() on CPU",
+            _cpu_only, _barrier_apply),
+    )
+}
+
+
+def install() -> list[str]:
+    """Apply every fix this Paddle needs (idempotent); returns the names now in effect."""
+    for fix in FIXES.values():
+        fix.apply()
+    return [name for name, fix in FIXES.items() if fix.is_applied()]
+
+
+def uninstall() -> None:
+    """Restore Paddle's originals (used by tests that show a fix is needed)."""
+    for fix in reversed(list(FIXES.values())):
+        fix.revert()
