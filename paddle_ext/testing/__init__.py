@@ -1,0 +1,7 @@
+"""Test helpers: multi-rank runs through paddle.distributed.launch, and simulated ranks.
+
+* :func:`run_ranks` -- run a function on N CPU ranks (gloo), collect results, bounded failure.
+* :mod:`.simulate` -- one-process shard / run / assemble for checking rules and reshard plans.
+"""
+from .launch import run_ranks, tagged_processes  # noqa: F401
+from .simulate import assemble, run_per_rank, shard_dense, simulate  # noqa: F401

@@ -1,0 +1,58 @@
+"""One rank of :func:`paddle_ext.testing.run_ranks` (started by ``paddle.distributed.launch``).
+
+Reads the payload, sets up Paddle on CPU/gloo, calls the function and writes
+``results/rank.N.pkl`` as ``("ok", value)`` or ``("error", traceback)``, renamed into place so
+the parent never reads half a file.
+"""
+import importlib
+import os
+import pickle
+import sys
+import traceback
+
+
+def _write(results: str, rank: int, record) -> None:
+    tmp = os.path.join(results, f".rank.{rank}.tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump(record, f)
+    os.replace(tmp, os.path.join(results, f"rank.{rank}.pkl"))
+
+
+def main(payload_path: str) -> int:
+    with open(payload_path, "rb") as f:
+        payload = pickle.load(f)
+    for p in reversed(payload["sys_path"]):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
+    try:
+        import paddle
+        import paddle.distributed as dist
+
+        paddle.set_device("cpu")
+        if int(os.environ.get("PADDLE_TRAINERS_NUM", "1")) > 1:
+            dist.init_parallel_env()
+        if payload["install"]:
+            import paddle_ext
+
+            paddle_ext.install()
+        target = importlib.import_module(payload["module"])
+        for part in payload["name"].split("."):
+            target = getattr(target, part)
+        value = target(*payload["args"], **payload["kwargs"])
+        record = ("ok", value)
+        try:
+            pickle.dumps(record)
+        except Exception as exc:  # noqa: BLE001 - report, never lose the rank's outcome
+            record = ("error", f"rank {rank} returned an unpicklable value: {exc!r}")
+    except BaseException:  # noqa: BLE001 - every failure must reach the parent
+        record = ("error", traceback.format_exc())
+    _write(payload["results"], rank, record)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # skip interpreter teardown: a peer stuck in a collective must not hold this rank
+    os._exit(0 if record[0] == "ok" else 1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,225 @@
+"""Run a Python function on N CPU ranks through ``python -m paddle.distributed.launch`` (gloo).
+
+>>> run_ranks(my_module.check_matmul, nproc=2, args=(4,), timeout=120)   # doctest: +SKIP
+[<rank 0's return value>, <rank 1's return value>]
+
+The function must be importable by module and name (a module-level function of an importable
+module; test modules work because the parent's ``sys.path`` is passed on). Each rank runs
+``paddle.set_device("cpu")``, ``dist.init_parallel_env()`` and ``paddle_ext.install()``
+(unless ``install=False``), then ``fn(*args, **kwargs)``, and sends back its pickled return
+value or its traceback.
+
+Failure is bounded: the parent polls the ranks' result files, and as soon as one rank has
+failed (raised, or exited without a result) or the timeout passes, the whole process group is
+killed and :class:`~paddle_ext.errors.HarnessError` names the rank(s), with the traceback and the
+tail of each failing rank's ``workerlog.N``. No process is left behind: the harness checks.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..errors import HarnessError
+
+WORKER = Path(__file__).with_name("_worker.py")
+TAG_ENV = "PADDLE_EXT_HARNESS_TAG"
+GRACE_SECONDS = 2.0  # after one rank fails, how long the others get to report their own error
+
+
+@dataclass
+class RankFailure:
+    rank: int
+    kind: str          # "raised", "exited", "timeout"
+    detail: str        # traceback or reason
+    log_tail: str
+    at: float = float("inf")  # when the rank reported (its result file's mtime)
+
+
+def _log_tail(log_dir: Path, rank: int, lines: int = 30) -> str:
+    path = log_dir / f"workerlog.{rank}"
+    if not path.exists():
+        return f"(no {path.name})"
+    text = path.read_text(errors="replace").splitlines()
+    return "\n".join(text[-lines:])
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def tagged_processes(tag: str) -> list[int]:
+    """PIDs of live processes whose environment carries ``PADDLE_EXT_HARNESS_TAG=tag``."""
+    needle = f"{TAG_ENV}={tag}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if needle in env.split(b"\0") and ") Z" not in stat:
+            found.append(int(entry.name))
+    return found
+
+
+def _reap(tag: str, timeout: float = 5.0) -> list[int]:
+    """Kill any process still carrying ``tag`` (ranks that escaped the group); returns leftovers."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = tagged_processes(tag)
+        if not left or time.monotonic() > deadline:
+            break
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.1)
+    return tagged_processes(tag)
+
+
+def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | None = None,
+              timeout: float = 120.0, log_dir: str | os.PathLike | None = None,
+              install: bool = True, env: dict | None = None, keep_logs: bool = False) -> list[Any]:
+    """Run ``fn(*args, **kwargs)`` on ``nproc`` CPU ranks; return each rank's result, by rank.
+
+    Raises :class:`HarnessError` if any rank raises, exits without a result, or the run takes
+    longer than ``timeout`` seconds; the message names each failing rank with its traceback and
+    log tail. ``log_dir`` defaults to a fresh temporary directory (removed on success unless
+    ``keep_logs``); pass one to keep the ``workerlog.N`` files.
+    """
+    if nproc < 1:
+        raise HarnessError(f"nproc must be >= 1, got {nproc}")
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not module or not name or "<" in name:
+        raise HarnessError(
+            f"{fn!r} is not importable by module and name; define it at module level of an importable module")
+    work = Path(tempfile.mkdtemp(prefix="paddle_ext_ranks_"))
+    logs = Path(log_dir) if log_dir else work / "log"
+    logs.mkdir(parents=True, exist_ok=True)
+    results_dir = work / "results"
+    results_dir.mkdir()
+    payload = work / "payload.pkl"
+    with open(payload, "wb") as f:
+        pickle.dump({"module": module, "name": name, "args": tuple(args), "kwargs": dict(kwargs or {}),
+                     "sys_path": [p for p in sys.path if p], "install": install,
+                     "results": str(results_dir)}, f)
+    tag = uuid.uuid4().hex
+    child_env = dict(os.environ)
+    child_env.update(env or {})
+    child_env[TAG_ENV] = tag
+    child_env.setdefault("GLOG_minloglevel", "2")
+    child_env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc),
+           "--log_dir", str(logs), str(WORKER), str(payload)]
+    launcher_out = open(work / "launcher.out", "wb")
+    proc = subprocess.Popen(cmd, stdout=launcher_out, stderr=subprocess.STDOUT, env=child_env,
+                            start_new_session=True, cwd=str(work))
+    start = time.monotonic()
+    failures: list[RankFailure] = []
+    first_failure_at = None
+    try:
+        while True:
+            done = {int(p.stem.split(".")[1]) for p in results_dir.glob("rank.*.pkl")}
+            errors = sorted(r for r in done if _read(results_dir, r)[0] != "ok")
+            if errors and first_failure_at is None:
+                first_failure_at = time.monotonic()
+            if len(done) == nproc and not errors:
+                break
+            exited = proc.poll() is not None
+            now = time.monotonic()
+            if exited or (first_failure_at is not None and now - first_failure_at > GRACE_SECONDS) \
+                    or now - start > timeout:
+                # give ranks that are writing their result a moment
+                if exited:
+                    time.sleep(0.2)
+                    done = {int(p.stem.split(".")[1]) for p in results_dir.glob("rank.*.pkl")}
+                timed_out = now - start > timeout
+                for r in range(nproc):
+                    if r in done:
+                        status, value = _read(results_dir, r)
+                        if status != "ok":
+                            failures.append(RankFailure(r, "raised", value, _log_tail(logs, r),
+                                                        (results_dir / f"rank.{r}.pkl").stat().st_mtime))
+                    elif timed_out:
+                        failures.append(RankFailure(r, "timeout", f"no result after {timeout:.0f} s",
+                                                    _log_tail(logs, r)))
+                    elif first_failure_at is not None:
+                        failures.append(RankFailure(r, "stopped", "killed after another rank failed",
+                                                    _log_tail(logs, r)))
+                    else:
+                        failures.append(RankFailure(r, "exited", "exited without a result",
+                                                    _log_tail(logs, r)))
+                break
+            time.sleep(0.05)
+    finally:
+        _kill_group(proc)
+        launcher_out.close()
+        leftovers = _reap(tag)
+    if leftovers:
+        raise HarnessError(f"processes {leftovers} of this run could not be killed")
+    if failures:
+        shutil.copy(work / "launcher.out", logs / "launcher.out")
+        raise HarnessError(_format_failures(fn, nproc, failures, logs))
+    results = [_read(results_dir, r)[1] for r in range(nproc)]
+    if not log_dir and not keep_logs:
+        shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+def _read(results_dir: Path, rank: int):
+    path = results_dir / f"rank.{rank}.pkl"
+    for _ in range(20):  # the file is renamed into place, but be patient with slow disks
+        try:
+            with open(path, "rb") as f:
+                return pickle.load(f)
+        except (EOFError, pickle.UnpicklingError):
+            time.sleep(0.05)
+    return ("error", f"rank {rank} wrote an unreadable result file {path}")
+
+
+def _format_failures(fn: Callable, nproc: int, failures: list[RankFailure], logs: Path) -> str:
+    primary = [f for f in failures if f.kind in ("raised", "exited", "timeout")] or failures
+    primary.sort(key=lambda f: f.at)  # the first rank to fail is most likely the cause
+    head = ", ".join(f"rank {f.rank} {f.kind}" for f in primary)
+    if len(primary) > 1 and primary[0].at < float("inf"):
+        head += f"; rank {primary[0].rank} failed first"
+    parts = [f"{fn.__module__}.{fn.__qualname__} on {nproc} ranks failed: {head} (logs in {logs})"]
+    for f in primary:
+        parts.append(f"--- rank {f.rank} ({f.kind}) ---\n{f.detail.rstrip()}\n"
+                     f"--- tail of workerlog.{f.rank} ---\n{f.log_tail}")
+    if all(f.log_tail.startswith("(no workerlog") for f in primary):
+        launcher = logs / "launcher.out"
+        tail = launcher.read_text(errors="replace").splitlines()[-25:] if launcher.exists() else []
+        parts.append("--- the launcher itself failed; tail of its output ---\n" + "\n".join(tail))
+    others = [f.rank for f in failures if f not in primary]
+    if others:
+        parts.append(f"ranks {others} were stopped after the failure above")
+    return "\n".join(parts)
