@@ -8,6 +8,7 @@ import importlib
 import os
 import pickle
 import sys
+import time
 import traceback
 
 
@@ -50,6 +51,12 @@ def main(payload_path: str) -> int:
     _write(payload["results"], rank, record)
     sys.stdout.flush()
     sys.stderr.flush()
+    if record[0] == "ok":
+        # rank 0 hosts the TCP store: no rank leaves before the parent has every result
+        release = os.path.join(payload["results"], "release")
+        deadline = time.monotonic() + 3600
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.05)
     # skip interpreter teardown: a peer stuck in a collective must not hold this rank
     os._exit(0 if record[0] == "ok" else 1)
 

@@ -105,6 +105,11 @@ def _reap(tag: str, timeout: float = 5.0) -> list[int]:
     return tagged_processes(tag)
 
 
+def _abs_sys_path() -> list[str]:
+    """The parent's import path with relative entries ('' and '.') made absolute."""
+    return [os.path.abspath(p or os.getcwd()) for p in sys.path]
+
+
 def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | None = None,
               timeout: float = 120.0, log_dir: str | os.PathLike | None = None,
               install: bool = True, env: dict | None = None, keep_logs: bool = False) -> list[Any]:
@@ -129,14 +134,14 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
     payload = work / "payload.pkl"
     with open(payload, "wb") as f:
         pickle.dump({"module": module, "name": name, "args": tuple(args), "kwargs": dict(kwargs or {}),
-                     "sys_path": [p for p in sys.path if p], "install": install,
+                     "sys_path": _abs_sys_path(), "install": install,
                      "results": str(results_dir)}, f)
     tag = uuid.uuid4().hex
     child_env = dict(os.environ)
     child_env.update(env or {})
     child_env[TAG_ENV] = tag
     child_env.setdefault("GLOG_minloglevel", "2")
-    child_env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    child_env["PYTHONPATH"] = os.pathsep.join(_abs_sys_path())
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc),
            "--log_dir", str(logs), str(WORKER), str(payload)]
     launcher_out = open(work / "launcher.out", "wb")
@@ -152,6 +157,11 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
             if errors and first_failure_at is None:
                 first_failure_at = time.monotonic()
             if len(done) == nproc and not errors:
+                (results_dir / "release").touch()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
                 break
             exited = proc.poll() is not None
             now = time.monotonic()

@@ -84,23 +84,18 @@ def shard_dense(dense, spec: DistSpec, seed: int = 0) -> dict[Coord, np.ndarray]
         raise PlacementError(f"dense array has shape {list(dense.shape)} but the spec is {spec}")
     rng = np.random.default_rng(seed)
     coords = list(spec.coords())
-    values = {c: dense for c in coords}
-    for m, p in enumerate(spec.placements):
-        if not isinstance(p, Partial):
-            continue
-        groups: dict[Coord, list[Coord]] = {}
-        for c in coords:
-            groups.setdefault(c[:m] + c[m + 1:], []).append(c)
-        new = {}
-        for members in groups.values():
-            parts = _partial_parts(values[members[0]], p.op, len(members), rng)
-            for c, part in zip(members, parts):
-                new[c] = part
-        values = new
+    # the decomposition depends only on the coordinates along Partial mesh dims, so ranks that
+    # differ only along Replicate or Shard mesh dims hold the same partial values
+    partial_dims = spec.partial_mesh_dims()
+    values = {(): dense}
+    for m in partial_dims:
+        n = spec.mesh_shape[m]
+        values = {key + (i,): part for key, v in values.items()
+                  for i, part in enumerate(_partial_parts(v, spec.placements[m].op, n, rng))}
     out = {}
     for c in coords:
         index = tuple(slice(off, off + length) for off, length in spec.local_slices(c))
-        out[c] = np.ascontiguousarray(values[c][index])
+        out[c] = np.ascontiguousarray(values[tuple(c[m] for m in partial_dims)][index])
     return out
 
 
