@@ -25,7 +25,7 @@ setup(
     install_requires=["numpy"],
     extras_require={
         "cpu": ["paddlepaddle==3.3.1"],
-        "test": ["pytest>=7", "hypothesis>=6", "matplotlib>=3.5"],
+        "test": ["pytest>=7", "pytest-timeout>=2", "hypothesis>=6", "matplotlib>=3.5"],
         "plot": ["matplotlib>=3.5"],
     },
     entry_points={"console_scripts": ["paddle-ext=paddle_ext.cli.main:main"]},

@@ -1,0 +1,92 @@
+"""``paddle-ext doctor``: what this machine's Paddle offers paddle-ext, and what is missing.
+
+Reports the Paddle version and build, numpy, the communication backend, each compat fix
+(needed, applied), and the registries paddle-ext extends. Exit code 0 only if all are usable.
+"""
+from __future__ import annotations
+
+import json
+import platform
+
+
+def collect() -> dict:
+    """The doctor's report as a plain dict (also what ``--json`` prints)."""
+    import numpy
+
+    from ..compat import FIXES, install, paddle_version, version_status
+
+    version = paddle_version()
+    supported, why = version_status(version)
+    report = {
+        "paddle_ext": __import__("paddle_ext").__version__,
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "paddle": {"version": version, "supported": supported, "detail": why},
+        "usable": False,
+    }
+    if version is None:
+        return report
+    import paddle
+    from paddle.base import core
+
+    gpu = bool(core.is_compiled_with_cuda())
+    report["paddle"].update({
+        "build": "GPU (CUDA)" if gpu else ("XPU" if core.is_compiled_with_xpu() else "CPU"),
+        "commit": getattr(paddle.version, "commit", None),
+        "cuda": paddle.version.cuda() if gpu else None,
+        "device_count": paddle.device.cuda.device_count() if gpu else 0,
+    })
+    report["backend"] = "nccl" if gpu else "gloo"
+    fixes = {}
+    for name, fix in FIXES.items():
+        try:
+            needed = fix.needed()
+            fixes[name] = {"summary": fix.summary, "needed": needed}
+        except Exception as exc:  # noqa: BLE001 - report every probe
+            fixes[name] = {"summary": fix.summary, "needed": None, "error": f"{type(exc).__name__}: {exc}"}
+    applied = install() if supported else []
+    for name in fixes:
+        fixes[name]["applied"] = name in applied
+    report["compat_fixes"] = fixes
+    from ..compat.registries import probe_all
+
+    report["registries"] = probe_all()
+    report["usable"] = bool(
+        supported
+        and all(r["found"] for r in report["registries"].values())
+        and all(f.get("needed") is not None and f["applied"] == f["needed"] for f in fixes.values()))
+    return report
+
+
+def _print_text(report: dict) -> None:
+    p = report["paddle"]
+    print(f"paddle-ext {report['paddle_ext']}  python {report['python']}  numpy {report['numpy']}")
+    print(f"Paddle: {p['version']} ({p.get('build', '-')}) -> {'supported' if p['supported'] else 'NOT supported'}: {p['detail']}")
+    if "backend" in report:
+        print(f"backend: {report['backend']}")
+    for name, f in report.get("compat_fixes", {}).items():
+        state = "error: " + f["error"] if "error" in f else (
+            ("needed, applied" if f["applied"] else "needed, NOT applied") if f["needed"] else "not needed")
+        print(f"fix {name:<22} {state}  -- {f['summary']}")
+    for name, r in report.get("registries", {}).items():
+        if r["found"]:
+            extra = r.get("count", r.get("schedules", r.get("example", "")))
+            print(f"registry {name:<26} ok   {r['where']}  {extra}")
+        else:
+            print(f"registry {name:<26} MISSING  {r['error']}")
+    print("usable: yes" if report["usable"] else "usable: NO (see above)")
+
+
+def run(args) -> int:
+    report = collect()
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        _print_text(report)
+    return 0 if report["usable"] else 1
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("doctor", help="check Paddle, numpy, backend, compat fixes and registries")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(func=run)
