@@ -1,0 +1,322 @@
+"""Run a reshard plan on one rank, over any array-and-communication backend.
+
+The same per-rank code serves the simulated executor (numpy arrays, ranks as threads, gloo-like
+blocking sends) and the dygraph executor (Paddle tensors, gloo point-to-point and collectives),
+so the property tests on simulated ranks exercise the code that runs on real ranks.
+
+Executors are chosen per step kind from :data:`STEP_EXECUTORS`, a dict keyed by the step's
+``collective``. Point-to-point traffic goes through :func:`exchange`, which pairs ranks round by
+round (``layout.exchange_rounds``) so blocking sends never deadlock, and sends one buffer per pair.
+
+A backend provides: ``rank`` and ``world`` (sorted global ranks); array ops ``empty(shape, like)``,
+``full(shape, value, like)``, ``take(x, rel_box)`` (a contiguous copy), ``put(out, rel_box, x)``,
+``reduce(a, b, op)``, ``scale(x, factor)``, ``divide(x, n)``, ``flat(x)``, ``reshape(x, shape)``,
+``concat_flat(xs, like)``, ``split_flat(x, sizes)``, ``numel(x)``, ``dtype_kind(x)``,
+``dtype_info(x)``; communication ``send(x, peer)``, ``recv(numel, like, peer)``, and optional
+``all_gather(x, members)`` / ``all_reduce(x, op, members)`` that return None when they cannot
+serve that group; and ``count(nbytes)`` for the received-bytes counter.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from ..errors import ReshardPlanError
+from ..placements import DistSpec, Partial, Shard
+from .layout import (box_numel, box_shape, chunk_sizes, coord_in, group_coords, group_pieces,
+                     neutral, partner_order, pieces, rank_at, relative)
+from .planner import CROSS, DST, ReshardStep
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What every rank knows about a reshard: global shape, both meshes and their ranks."""
+
+    shape: tuple
+    src_mesh: tuple
+    src_ranks: tuple
+    dst_mesh: tuple
+    dst_ranks: tuple
+
+    def mesh(self, side: str) -> tuple:
+        return self.dst_mesh if side == DST else self.src_mesh
+
+    def ranks(self, side: str) -> tuple:
+        return self.dst_ranks if side == DST else self.src_ranks
+
+    def spec(self, side: str, placements) -> DistSpec:
+        return DistSpec(self.shape, self.mesh(side), placements)
+
+
+def exchange(be, members: Sequence[int], outgoing: dict, incoming: dict) -> dict:
+    """Send ``outgoing[peer]`` (lists of arrays) and receive ``incoming[peer]`` (lists of
+    ``(shape, like)``) with every peer, pairwise; returns ``{peer: [arrays]}``.
+
+    Zero-sized pieces are never sent (both sides know the shapes). Within a pair the lower rank
+    sends first. Several pieces for one peer travel as one flat buffer.
+    """
+    got: dict = {}
+    me = be.rank
+    for peer in partner_order(tuple(sorted(set(members))), me):
+        outs = [x for x in outgoing.get(peer, []) if be.numel(x)]
+        ins = incoming.get(peer, [])
+        sizes = [_numel(shape) for shape, _ in ins]
+
+        def do_send():
+            if outs:
+                be.send(outs[0] if len(outs) == 1 else be.concat_flat(outs, outs[0]), peer)
+
+        def do_recv():
+            total = sum(sizes)
+            if not ins:
+                return
+            if not total:
+                got[peer] = [be.empty(shape, like) for shape, like in ins]
+                return
+            buf = be.recv(total, ins[0][1], peer)
+            parts = be.split_flat(buf, sizes) if len(ins) > 1 else [buf]
+            got[peer] = [be.reshape(p, shape) for p, (shape, _) in zip(parts, ins)]
+
+        if me < peer:
+            do_send()
+            do_recv()
+        else:
+            do_recv()
+            do_send()
+    return got
+
+
+def _numel(shape) -> int:
+    out = 1
+    for s in shape:
+        out *= s
+    return out
+
+
+def _reduce_all(be, parts: list, op: str):
+    acc = parts[0]
+    for p in parts[1:]:
+        acc = be.reduce(acc, p, op)
+    return acc
+
+
+# -- per-step executors: (be, geo, step, local) -> new local (None off-mesh) -------------------
+def _group(geo: Geometry, side: str, coord, m: int) -> tuple[list, list]:
+    coords = group_coords(geo.mesh(side), coord, m)
+    return coords, [rank_at(geo.ranks(side), geo.mesh(side), c) for c in coords]
+
+
+def _all_gather(be, geo, step, local):
+    a, b = geo.spec(step.mesh, step.src), geo.spec(step.mesh, step.dst)
+    c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
+    if c is None:
+        return None
+    m = step.mesh_dim
+    coords, ranks = _group(geo, step.mesh, c, m)
+    boxes = [a.local_slices(cj) for cj in coords]
+    mine, want = boxes[c[m]], b.local_slices(c)
+    shapes = [box_shape(bx) for bx in boxes]
+    parts = None
+    if len(set(shapes)) == 1 and box_numel(mine):
+        parts = be.all_gather(local, ranks)
+    if parts is None:
+        others = [r for r in ranks if r != be.rank]
+        got = exchange(be, ranks, {r: [local] for r in others},
+                       {r: [(shapes[j], local)] for j, r in enumerate(ranks) if r != be.rank})
+        parts = [local if r == be.rank else got[r][0] for r in ranks]
+    out = be.empty(box_shape(want), local)
+    for bx, part in zip(boxes, parts):
+        if box_numel(bx):
+            be.put(out, relative(bx, want), part)
+    return out
+
+
+def _all_reduce(be, geo, step, local):
+    c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
+    if c is None:
+        return None
+    m, op = step.mesh_dim, step.src[step.mesh_dim].op
+    coords, ranks = _group(geo, step.mesh, c, m)
+    n = len(ranks)
+    red = "sum" if op == "avg" else op
+    out = be.all_reduce(local, red, ranks)
+    if out is None:
+        shape, flat = box_shape(geo.spec(step.mesh, step.src).local_slices(c)), be.flat(local)
+        sizes = list(chunk_sizes(be.numel(flat), n))
+        chunks = be.split_flat(flat, sizes)
+        k = c[m]
+        got = exchange(be, ranks, {r: [chunks[j]] for j, r in enumerate(ranks) if j != k},
+                       {r: [((sizes[k],), flat)] for j, r in enumerate(ranks) if j != k})
+        mine = _reduce_all(be, [chunks[k] if j == k else got[r][0] for j, r in enumerate(ranks)], red)
+        got = exchange(be, ranks, {r: [mine] for j, r in enumerate(ranks) if j != k},
+                       {r: [((sizes[j],), flat)] for j, r in enumerate(ranks) if j != k})
+        full = [mine if j == k else got[r][0] for j, r in enumerate(ranks)]
+        out = be.reshape(be.concat_flat(full, flat) if n > 1 else mine, shape)
+    return be.divide(out, n) if op == "avg" else out
+
+
+def _reduce_scatter(be, geo, step, local):
+    a, b = geo.spec(step.mesh, step.src), geo.spec(step.mesh, step.dst)
+    c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
+    if c is None:
+        return None
+    m, op = step.mesh_dim, step.src[step.mesh_dim].op
+    coords, ranks = _group(geo, step.mesh, c, m)
+    k, have = c[m], a.local_slices(c)
+    chunks = [be.take(local, relative(b.local_slices(cj), have)) for cj in coords]
+    want = box_shape(b.local_slices(c))
+    got = exchange(be, ranks, {r: [chunks[j]] for j, r in enumerate(ranks) if j != k},
+                   {r: [(want, local)] for j, r in enumerate(ranks) if j != k})
+    red = "sum" if op == "avg" else op
+    out = _reduce_all(be, [chunks[k] if j == k else got[r][0] for j, r in enumerate(ranks)], red)
+    return be.divide(out, len(ranks)) if op == "avg" else out
+
+
+def _all_to_all(be, geo, step, local):
+    a, b = geo.spec(step.mesh, step.src), geo.spec(step.mesh, step.dst)
+    c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
+    if c is None:
+        return None
+    m = step.mesh_dim
+    coords, ranks = _group(geo, step.mesh, c, m)
+    base = c[:m] + (0,) + c[m + 1:]
+    k, have, want = c[m], a.local_slices(c), b.local_slices(c)
+    out = be.empty(box_shape(want), local)
+    outgoing, incoming, places = {}, {}, {}
+    for j, t, box in group_pieces(a, b, m, base):
+        if j == k and t == k:
+            be.put(out, relative(box, want), be.take(local, relative(box, have)))
+        elif j == k:
+            outgoing.setdefault(ranks[t], []).append(be.take(local, relative(box, have)))
+        elif t == k:
+            incoming.setdefault(ranks[j], []).append((box_shape(box), local))
+            places.setdefault(ranks[j], []).append(relative(box, want))
+    got = exchange(be, ranks, outgoing, incoming)
+    for r, rels in places.items():
+        for rel, part in zip(rels, got[r]):
+            be.put(out, rel, part)
+    return out
+
+
+def _slice(be, geo, step, local):
+    a, b = geo.spec(step.mesh, step.src), geo.spec(step.mesh, step.dst)
+    c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
+    if c is None:
+        return None
+    return be.take(local, relative(b.local_slices(c), a.local_slices(c)))
+
+
+def _to_partial(be, geo, step, local):
+    a, b = geo.spec(step.mesh, step.src), geo.spec(step.mesh, step.dst)
+    c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
+    if c is None:
+        return None
+    m = step.mesh_dim
+    before, op, n = step.src[m], step.dst[m].op, geo.mesh(step.mesh)[m]
+    if not isinstance(before, Shard):  # from Replicate
+        if op == "sum" and c[m] != 0:
+            return be.full(be_shape(be, local), 0, local)
+        return local
+    want = b.local_slices(c)
+    fill = neutral(op, be.dtype_kind(local), be.dtype_info(local))
+    out = be.full(box_shape(want), fill, local)
+    mine = a.local_slices(c)
+    if box_numel(mine):
+        be.put(out, relative(mine, want), be.scale(local, n) if op == "avg" else local)
+    return out
+
+
+def be_shape(be, x) -> tuple:
+    return tuple(be.shape(x))
+
+
+def _rescale(be, geo, step, local):
+    c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
+    if c is None:
+        return None
+    m = step.mesh_dim
+    n = geo.mesh(step.mesh)[m]
+    return be.scale(local, n) if step.dst[m].op == "avg" else be.divide(local, n)
+
+
+def _sides(step: ReshardStep) -> tuple[str, str]:
+    if step.mesh == CROSS:
+        return "src", DST
+    return step.mesh, step.mesh
+
+
+def _p2p(be, geo, step, local):
+    s_side, d_side = _sides(step)
+    a, b = geo.spec(s_side, step.src), geo.spec(d_side, step.dst)
+    a_ranks, b_ranks = geo.ranks(s_side), geo.ranks(d_side)
+    ca = coord_in(a_ranks, a.mesh_shape, be.rank)
+    cb = coord_in(b_ranks, b.mesh_shape, be.rank)
+    have = a.local_slices(ca) if ca is not None else None
+    want = b.local_slices(cb) if cb is not None else None
+    out = be.empty(box_shape(want), local if local is not None else be.like) if cb is not None else None
+    outgoing, incoming, places = {}, {}, {}
+    for p in pieces(a, a_ranks, b, b_ranks):
+        if p.src_rank == be.rank and p.dst_rank == be.rank:
+            be.put(out, relative(p.box, want), be.take(local, relative(p.box, have)))
+        elif p.src_rank == be.rank:
+            outgoing.setdefault(p.dst_rank, []).append(be.take(local, relative(p.box, have)))
+        elif p.dst_rank == be.rank:
+            incoming.setdefault(p.src_rank, []).append((box_shape(p.box), out))
+            places.setdefault(p.src_rank, []).append(relative(p.box, want))
+    members = sorted(set(a_ranks) | set(b_ranks))
+    if be.rank in members:
+        got = exchange(be, members, outgoing, incoming)
+        for r, rels in places.items():
+            for rel, part in zip(rels, got[r]):
+                be.put(out, rel, part)
+    return out
+
+
+def _transfer(be, geo, step, local):
+    a, b = geo.spec("src", step.src), geo.spec(DST, step.dst)
+    outgoing, incoming, result = {}, {}, None
+    for i, cb in enumerate(b.coords()):
+        s, d = geo.src_ranks[i], geo.dst_ranks[i]
+        if s == be.rank and d == be.rank:
+            result = local
+        elif s == be.rank:
+            outgoing.setdefault(d, []).append(local)
+        elif d == be.rank:
+            incoming.setdefault(s, []).append((b.local_shape(cb), be.like if local is None else local))
+    members = sorted(set(geo.src_ranks) | set(geo.dst_ranks))
+    if be.rank in members:
+        got = exchange(be, members, outgoing, incoming)
+        for r, parts in got.items():
+            result = parts[0]
+    return result
+
+
+StepExecutor = Callable[[object, Geometry, ReshardStep, object], object]
+
+#: step kind -> executor. Every plan step's ``collective`` must be a key here.
+STEP_EXECUTORS: dict[str, StepExecutor] = {
+    "all_gather": _all_gather,
+    "all_reduce": _all_reduce,
+    "reduce_scatter": _reduce_scatter,
+    "all_to_all": _all_to_all,
+    "slice": _slice,
+    "to_partial": _to_partial,
+    "rescale": _rescale,
+    "p2p": _p2p,
+    "transfer": _transfer,
+}
+
+
+def execute(be, geo: Geometry, plan: Sequence[ReshardStep], local):
+    """Run ``plan`` on this rank; ``local`` is None on a rank outside the source mesh."""
+    for step in plan:
+        fn = STEP_EXECUTORS.get(step.collective)
+        if fn is None:
+            raise ReshardPlanError(
+                f"no executor for step kind {step.collective!r} ({step}); known kinds: "
+                f"{', '.join(STEP_EXECUTORS)}")
+        local = fn(be, geo, step, local)
+    return local
+
+
+__all__ = ["Geometry", "STEP_EXECUTORS", "exchange", "execute"]

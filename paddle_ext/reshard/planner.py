@@ -1,0 +1,329 @@
+"""Reshard planner: the cheapest sequence of steps between two layouts, as a printable value.
+
+A *state* is one placement per mesh dim on one of the two meshes (source or destination). A step
+changes one mesh dim's placement with one collective, moves blocks point-to-point (a whole-state
+redistribution, within a mesh or across meshes), or is purely local. :func:`plan_reshard` runs
+Dijkstra over these states and minimises, in order: bytes received per rank (the maximum over
+ranks, summed over steps), the number of steps, and generic point-to-point steps.
+
+Transitions on one mesh dim of size ``n`` (``L`` = elements of the local block with that mesh
+dim replicated; ``c_k`` = a rank's chunk):
+
+=============  ================  ================================================
+from -> to     collective        elements received by a rank
+=============  ================  ================================================
+S(d) -> R      all_gather        L - c_k
+R -> S(d)      slice             0
+P -> R         all_reduce        (n-1)*c_k + (L - c_k)   (= 2(n-1)/n*L when even)
+P -> S(d)      reduce_scatter    (n-1)*c_k
+S(d) -> P      to_partial        0 (own shard in place, neutral elsewhere)
+R -> P         to_partial        0 (sum: mesh-local index 0 keeps it; avg/max/min: all keep it)
+P(sum)<->P(avg) rescale          0 (x n or / n, only when n is a power of two: exact)
+S(i) -> S(j)   all_to_all        only the blocks a rank lacks
+any -> any     p2p               only the blocks a rank lacks (non-partial layouts)
+mesh A -> B    p2p / transfer    only the blocks a rank lacks / the local block
+=============  ================  ================================================
+
+>>> from paddle_ext.placements import DistSpec
+>>> plan = plan_reshard(DistSpec((4, 4), (2, 2), "[S(0),R]"), DistSpec((4, 4), (2, 2), "[R,S(0)]"))
+>>> format_plan(plan)
+'[S(0),R] -> [R,S(0)]'
+>>> [(s.collective, s.bytes) for s in plan]
+[('p2p', 32)]
+>>> format_plan(plan_reshard(DistSpec((4, 6), (2,), "[P(sum)]"), DistSpec((4, 6), (2,), "[S(1)]")))
+'[P(sum)] -> [S(1)]'
+"""
+from __future__ import annotations
+
+import functools
+import heapq
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from ..errors import ReshardPlanError
+from ..placements import (DistSpec, Partial, Placement, Replicate, Shard, check_mesh_shape,
+                          format_placements, parse_placements)
+from .layout import (box_numel, chunk_sizes, group_pieces, has_partial, is_pow2, pieces,
+                     received_elements)
+
+SRC, DST = "src", "dst"
+CROSS = "src->dst"
+LOCAL_COLLECTIVES = ("slice", "to_partial", "rescale")
+
+
+@dataclass(frozen=True)
+class ReshardStep:
+    """One step of a plan: placements before and after, the collective and its bytes.
+
+    ``mesh_dim`` is the mesh dim the step acts on, or None for whole-state point-to-point moves.
+    ``mesh`` says on which mesh the step runs: ``"src"``, ``"dst"`` or ``"src->dst"`` (a step
+    that moves data from the source mesh to the destination mesh). ``bytes`` is the maximum over
+    ranks of the bytes a rank receives in this step.
+    """
+
+    mesh_dim: int | None
+    src: tuple[Placement, ...]
+    dst: tuple[Placement, ...]
+    collective: str
+    bytes: int
+    mesh: str = SRC
+
+    def __str__(self) -> str:
+        where = "" if self.mesh_dim is None else f" on mesh dim {self.mesh_dim}"
+        return (f"{format_placements(self.src)} -> {format_placements(self.dst)}: "
+                f"{self.collective}{where} ({self.mesh}), {self.bytes} B/rank")
+
+
+def format_plan(plan: Sequence[ReshardStep]) -> str:
+    """``[S(0),R] -> [R,R] -> [R,S(0)]``; a step into the destination mesh prints as ``=>``.
+
+    An empty plan (nothing to do) prints as ``(no-op)``.
+    """
+    if not plan:
+        return "(no-op)"
+    out = format_placements(plan[0].src)
+    for step in plan:
+        out += (" => " if step.mesh == CROSS else " -> ") + format_placements(step.dst)
+    return out
+
+
+def plan_bytes(plan: Sequence[ReshardStep]) -> int:
+    """Bytes a rank receives over the whole plan (sum of the per-step maxima)."""
+    return sum(s.bytes for s in plan)
+
+
+# -- bytes of each step kind (elements; multiplied by itemsize by the caller) ----------------
+def _max(values) -> int:
+    return max(values, default=0)
+
+
+def _all_gather_elems(before: DistSpec, after: DistSpec) -> int:
+    return _max(after.local_numel(c) - before.local_numel(c) for c in before.coords())
+
+
+def _all_reduce_elems(spec: DistSpec, m: int) -> int:
+    n = spec.mesh_shape[m]
+    out = 0
+    for c in spec.coords():
+        total = spec.local_numel(c)
+        mine = chunk_sizes(total, n)[c[m]]
+        out = max(out, (n - 1) * mine + (total - mine))
+    return out
+
+
+def _reduce_scatter_elems(after: DistSpec, m: int) -> int:
+    n = after.mesh_shape[m]
+    return _max((n - 1) * after.local_numel(c) for c in after.coords())
+
+
+def _move_elems(a: DistSpec, a_ranks: tuple, b: DistSpec, b_ranks: tuple) -> int:
+    return _max(received_elements(pieces(a, a_ranks, b, b_ranks)).values())
+
+
+def _all_to_all_elems(a: DistSpec, b: DistSpec, m: int) -> int:
+    out = 0
+    for c in a.coords():
+        if c[m] != 0:
+            continue  # one coordinate per group
+        got: dict[int, int] = {}
+        for j, k, box in group_pieces(a, b, m, c):
+            if j != k:
+                got[k] = got.get(k, 0) + box_numel(box)
+        out = max(out, _max(got.values()))
+    return out
+
+
+def _transfer_elems(a: DistSpec, a_ranks: tuple, b: DistSpec, b_ranks: tuple) -> int:
+    return _max(b.local_numel(c) for i, c in enumerate(b.coords()) if a_ranks[i] != b_ranks[i])
+
+
+# -- the search ---------------------------------------------------------------------------------
+def _commute(a: str, b: str) -> bool:
+    return a == b or {a, b} <= {"sum", "avg"}
+
+
+def _reducible(placements: Sequence[Placement], m: int) -> bool:
+    """A Partial on mesh dim ``m`` may be reduced now: the logical value reduces the higher
+    (inner) mesh dims first, so every Partial above ``m`` must commute with this one."""
+    op = placements[m].op
+    return all(_commute(op, p.op) for p in placements[m + 1:] if isinstance(p, Partial))
+
+
+def _innermost(placements: Sequence[Placement], m: int, d: int) -> bool:
+    """True if no mesh dim above ``m`` shards tensor dim ``d`` (``m`` is the inner split)."""
+    return all(not (isinstance(p, Shard) and p.dim == d) for p in placements[m + 1:])
+
+
+class _Search:
+    def __init__(self, src: DistSpec, dst: DistSpec, src_ranks: tuple, dst_ranks: tuple,
+                 itemsize: int):
+        self.shape = src.shape
+        self.meshes = {SRC: src.mesh_shape, DST: dst.mesh_shape}
+        self.ranks = {SRC: src_ranks, DST: dst_ranks}
+        self.same_mesh = src.mesh_shape == dst.mesh_shape and src_ranks == dst_ranks
+        self.itemsize = itemsize
+        self.ops = sorted({p.op for p in src.placements + dst.placements if isinstance(p, Partial)})
+        self.target = (SRC if self.same_mesh else DST, dst.placements)
+
+    @functools.lru_cache(maxsize=None)
+    def spec(self, side: str, placements: tuple) -> DistSpec:
+        return DistSpec(self.shape, self.meshes[side], placements)
+
+    def _options(self, p: Placement) -> list[Placement]:
+        opts: list[Placement] = [Replicate()] + [Shard(d) for d in range(len(self.shape))]
+        return [q for q in opts + [Partial(op) for op in self.ops] if q != p]
+
+    def edges(self, state) -> Iterator[tuple[tuple, ReshardStep, int]]:
+        side, pl = state
+        mesh = self.meshes[side]
+        for m, p in enumerate(pl):
+            n = mesh[m]
+            for q in self._options(p):
+                new = pl[:m] + (q,) + pl[m + 1:]
+                kind = self._dim_kind(pl, new, m, p, q, n)
+                if kind is None:
+                    continue
+                elems = self._dim_elems(kind, side, pl, new, m)
+                yield (side, new), ReshardStep(m, pl, new, kind, elems * self.itemsize, side), 0
+        if not has_partial(pl):
+            for side2, target in self._move_targets(side, pl):
+                if (side2, target) == state:
+                    continue
+                a, b = self.spec(side, pl), self.spec(side2, target)
+                elems = _move_elems(a, self.ranks[side], b, self.ranks[side2])
+                where = side if side2 == side else CROSS
+                yield (side2, target), ReshardStep(None, pl, target, "p2p", elems * self.itemsize, where), 1
+        elif side == SRC and not self.same_mesh and self.meshes[SRC] == self.meshes[DST]:
+            a, b = self.spec(SRC, pl), self.spec(DST, pl)
+            elems = _transfer_elems(a, self.ranks[SRC], b, self.ranks[DST])
+            yield (DST, pl), ReshardStep(None, pl, pl, "transfer", elems * self.itemsize, CROSS), 0
+
+    @staticmethod
+    def _dim_kind(pl, new, m, p, q, n) -> str | None:
+        if isinstance(p, Shard):
+            if isinstance(q, Replicate):
+                return "all_gather" if _innermost(pl, m, p.dim) else None
+            if isinstance(q, Partial):
+                ok = _innermost(pl, m, p.dim) and (q.op != "avg" or is_pow2(n))
+                return "to_partial" if ok else None
+            ok = _innermost(pl, m, p.dim) and _innermost(new, m, q.dim)
+            return "all_to_all" if ok else None
+        if isinstance(p, Replicate):
+            if isinstance(q, Shard):
+                return "slice" if _innermost(new, m, q.dim) else None
+            return "to_partial"
+        # p is Partial
+        if not _reducible(pl, m):
+            return None
+        if isinstance(q, Replicate):
+            return "all_reduce"
+        if isinstance(q, Shard):
+            return "reduce_scatter" if _innermost(new, m, q.dim) else None
+        if {p.op, q.op} == {"sum", "avg"} and is_pow2(n):
+            return "rescale"
+        return None
+
+    def _dim_elems(self, kind: str, side: str, pl: tuple, new: tuple, m: int) -> int:
+        if kind in LOCAL_COLLECTIVES:
+            return 0
+        a, b = self.spec(side, pl), self.spec(side, new)
+        if kind == "all_gather":
+            return _all_gather_elems(a, b)
+        if kind == "all_reduce":
+            return _all_reduce_elems(a, m)
+        if kind == "reduce_scatter":
+            return _reduce_scatter_elems(b, m)
+        return _all_to_all_elems(a, b, m)
+
+    def _move_targets(self, side: str, pl: tuple) -> list[tuple[str, tuple]]:
+        tside, tpl = self.target
+        out = []
+        if tside == side and not has_partial(tpl):
+            out.append((side, tpl))
+        if side == SRC and not self.same_mesh:
+            ndim = len(self.meshes[DST])
+            cands = [tpl, tuple(Replicate() if isinstance(p, Partial) else p for p in tpl),
+                     (Replicate(),) * ndim]
+            if len(pl) == ndim:
+                cands.append(pl)
+            for c in cands:
+                if not has_partial(c) and (DST, c) not in out:
+                    out.append((DST, c))
+        return out
+
+    def run(self, start: tuple) -> tuple[ReshardStep, ...]:
+        best = {start: (0, 0, 0)}
+        heap = [((0, 0, 0), 0, start, ())]
+        counter = 1
+        while heap:
+            cost, _, state, plan = heapq.heappop(heap)
+            if state == self.target:
+                return plan
+            if best.get(state, cost) < cost:
+                continue
+            for nxt, step, generic in self.edges(state):
+                new_cost = (cost[0] + step.bytes, cost[1] + 1, cost[2] + generic)
+                if nxt not in best or new_cost < best[nxt]:
+                    best[nxt] = new_cost
+                    heapq.heappush(heap, (new_cost, counter, nxt, plan + (step,)))
+                    counter += 1
+        raise ReshardPlanError(  # unreachable with the edges above; kept as a named failure
+            f"no reshard path from {format_placements(start[1])} to {format_placements(self.target[1])}")
+
+
+def _ranks(ranks, mesh_shape, what: str) -> tuple:
+    if ranks is None:
+        size = 1
+        for s in mesh_shape:
+            size *= s
+        return tuple(range(size))
+    flat = tuple(int(r) for r in ranks)
+    size = 1
+    for s in mesh_shape:
+        size *= s
+    if len(flat) != size or len(set(flat)) != len(flat):
+        raise ReshardPlanError(
+            f"{what} ranks {list(flat)} do not fit mesh {list(mesh_shape)}: give {size} distinct "
+            f"global ranks in row-major mesh order (ProcessMesh.process_ids)")
+    return flat
+
+
+@functools.lru_cache(maxsize=2048)
+def _plan_cached(src: DistSpec, dst: DistSpec, src_ranks: tuple, dst_ranks: tuple,
+                 itemsize: int) -> tuple[ReshardStep, ...]:
+    search = _Search(src, dst, src_ranks, dst_ranks, itemsize)
+    return search.run((SRC, src.placements))
+
+
+def plan_reshard(src: DistSpec, dst: DistSpec, *, src_ranks: Sequence[int] | None = None,
+                 dst_ranks: Sequence[int] | None = None, itemsize: int = 4) -> tuple[ReshardStep, ...]:
+    """The minimal-bytes plan from ``src`` to ``dst`` (see the module docstring for the costs).
+
+    ``src_ranks``/``dst_ranks`` are the meshes' global ranks in row-major order (default
+    ``0..size-1``); when they differ or the mesh shapes differ, the plan crosses meshes.
+    ``itemsize`` is the element size in bytes used for the byte counts.
+
+    Raises :class:`ReshardPlanError` when the global shapes differ or the ranks do not fit.
+    """
+    for name, spec in (("source", src), ("destination", dst)):
+        if not isinstance(spec, DistSpec):
+            raise ReshardPlanError(
+                f"{name} must be a DistSpec(shape, mesh_shape, placements), got {spec!r}")
+    if src.shape != dst.shape:
+        raise ReshardPlanError(
+            f"reshard cannot change the global shape: source {src} vs destination {dst}; "
+            f"reshape the tensor before or after the reshard")
+    if isinstance(itemsize, bool) or not isinstance(itemsize, int) or itemsize <= 0:
+        raise ReshardPlanError(f"itemsize must be a positive int (bytes per element), got {itemsize!r}")
+    s_ranks = _ranks(src_ranks, check_mesh_shape(src.mesh_shape), "source")
+    d_ranks = _ranks(dst_ranks if dst_ranks is not None else
+                     (s_ranks if src.mesh_shape == dst.mesh_shape else None), dst.mesh_shape, "destination")
+    return _plan_cached(src, dst, s_ranks, d_ranks, itemsize)
+
+
+def parse_spec(shape: Sequence[int], mesh_shape: Sequence[int], placements) -> DistSpec:
+    """Small convenience for tools: ``parse_spec((4, 6), (2,), "[S(0)]")``."""
+    return DistSpec(tuple(shape), tuple(mesh_shape), parse_placements(placements))
+
+
+__all__ = ["ReshardStep", "format_plan", "plan_bytes", "plan_reshard", "parse_spec"]
