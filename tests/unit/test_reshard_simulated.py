@@ -5,21 +5,17 @@ Every plan runs on simulated ranks through the same per-rank code as the dygraph
 deadlock on real ranks fail here too.
 """
 import itertools
-import os
-import sys
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, os.path.dirname(__file__))
-from reshard_cases import dense_for, exact_locals  # noqa: E402
-
-from paddle_ext.placements import DistSpec, Partial, Replicate, Shard  # noqa: E402
-from paddle_ext.reshard.planner import format_plan, plan_bytes, plan_reshard  # noqa: E402
-from paddle_ext.reshard.simulated import simulate_reshard  # noqa: E402
-from paddle_ext.testing.simulate import assemble  # noqa: E402
+from paddle_ext.placements import DistSpec, Partial, Replicate, Shard
+from paddle_ext.reshard.exact import dense_for, exact_locals
+from paddle_ext.reshard.planner import format_plan, plan_bytes, plan_reshard
+from paddle_ext.reshard.simulated import simulate_reshard
+from paddle_ext.testing.simulate import assemble
 
 OPS = ("sum", "avg", "max", "min")
 
