@@ -1,0 +1,21 @@
+"""paddle-ext's SPMD rule engine (pure: imports no Paddle until a Paddle rule is asked for).
+
+* :mod:`.notation`  -- the rule notation (``"b m k, k n -> b m n | reduce(max): k"``).
+* :mod:`.engine`    -- einsum inference: merge, conflicts, partial outputs, reshards.
+* :mod:`.dimtrans`  -- reshape-like ops as DimTrans maps.
+* :mod:`.onedim`    -- rules written for one mesh dim, expanded to N-D meshes.
+* :mod:`.registry`  -- ``register_spmd_rule`` / ``get_spmd_rule`` (Paddle's C++ rules as fallback).
+* :mod:`.validator` -- ground truth on simulated ranks (false positives / negatives).
+
+Pure API::
+
+    from paddle_ext.spmd import infer_forward
+    infer_forward("matmul", [DistSpec((4, 8), (2,), "[S(1)]"), DistSpec((8, 6), (2,), "[R]")])
+"""
+from .notation import Notation, parse_notation  # noqa: F401
+from .registry import (REGISTRY, Rows, SpmdRule, View, get_spmd_rule, infer_backward,  # noqa: F401
+                       infer_forward, infer_grad, register_spmd_rule)
+from .result import Reshard, RuleResult  # noqa: F401
+
+__all__ = ["Notation", "REGISTRY", "Reshard", "RuleResult", "Rows", "SpmdRule", "View", "get_spmd_rule",
+           "infer_backward", "infer_forward", "infer_grad", "parse_notation", "register_spmd_rule"]

@@ -1,0 +1,301 @@
+"""The rule notation: an einsum-like string parsed into frozen values.
+
+Two spellings of the same thing:
+
+* single-letter form, no whitespace anywhere: ``"mk,kn->mn"``;
+* factor form, factors separated by spaces, names of any length: ``"batch m k, k n -> batch m n"``.
+
+``...`` stands for leading batch dims (right-aligned across operands, numpy broadcasting); the
+literal factor ``1`` is a dim of size one that is never sharded. After the body, ``|`` clauses
+declare factor categories:
+
+An empty right-hand side is one scalar output (``"k, k ->"``).
+
+* ``reduce(op): f g`` -- ``f`` and ``g`` are absent from every output and combine with ``op``
+  (``sum``, ``avg``, ``max``, ``min``); a sharded reduction factor makes the output
+  ``Partial(op)`` on that mesh dim. A factor absent from the outputs and not declared is a
+  ``sum`` reduction (einsum's meaning).
+* ``replicate: f`` -- ``f`` must never be sharded (the op needs the whole of it on every rank).
+* ``merge: follow`` -- when two factors claim one mesh dim, keep the claims of the most-sharded
+  input (Paddle's elementwise behaviour) instead of the default (output factors, then larger).
+* ``even: f`` -- ``f`` may be sharded only when its size divides evenly by the mesh dims
+  (``avg`` reductions are always ``even``: a mean of local means is wrong on uneven shards).
+
+>>> n = parse_notation("... m k, ... k n -> ... m n")
+>>> n.inputs[1].factors, n.outputs[0].factors, n.reduction_ops()
+(('...', 'k', 'n'), ('...', 'm', 'n'), {'k': 'sum'})
+>>> str(parse_notation("mk,kn->mn"))
+'m k, k n -> m n'
+>>> str(parse_notation("x y -> x | reduce(max): y"))
+'x y -> x | reduce(max): y'
+>>> parse_notation("m k, k n -> m n").bind([(4, 8), (8, 6)]).sizes
+{'m': 4, 'k': 8, 'n': 6}
+
+A factor given two sizes, a rank that does not match, or an unbalanced arrow raises
+:class:`~paddle_ext.errors.ShardingRuleError` quoting the notation and the operand.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..errors import ShardingRuleError
+from ..placements import REDUCE_OPS
+
+ELLIPSIS = "..."
+ONE = "1"
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_CLAUSE = re.compile(r"\s*(reduce\s*\(\s*(\w+)\s*\)|reduce|replicate|merge|even)\s*:(.*)\Z", re.S)
+MERGE_POLICIES = ("size", "follow")
+
+
+def _fail(text: str, msg: str, fix: str, op: str | None = None) -> ShardingRuleError:
+    where = f"{op}: " if op else ""
+    return ShardingRuleError(f"{where}notation {text!r}: {msg}; {fix}")
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One tensor's factors, in dim order; ``...`` appears at most once."""
+
+    factors: tuple[str, ...]
+
+    @property
+    def has_ellipsis(self) -> bool:
+        return ELLIPSIS in self.factors
+
+    @property
+    def n_explicit(self) -> int:
+        return len(self.factors) - (1 if self.has_ellipsis else 0)
+
+    def __str__(self) -> str:
+        return " ".join(self.factors)
+
+
+@dataclass(frozen=True)
+class Binding:
+    """A notation bound to concrete shapes: one factor per tensor dim, one size per factor.
+
+    ``inputs[i][d]`` is the factor of input ``i``'s dim ``d`` (``...`` is expanded to ``...0``,
+    ``...1``, right-aligned); ``broadcast`` holds ``(i, d)`` for input dims of size 1 whose factor
+    is larger elsewhere (numpy broadcasting): they are never sharded.
+    """
+
+    inputs: tuple[tuple[str, ...], ...]
+    outputs: tuple[tuple[str, ...], ...]
+    sizes: dict = field(hash=False, compare=False)
+    broadcast: frozenset = frozenset()
+    output_shapes: tuple[tuple[int, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class Notation:
+    """A parsed rule notation (frozen, hashable). Build it with :func:`parse_notation`."""
+
+    text: str
+    inputs: tuple[Operand, ...]
+    outputs: tuple[Operand, ...]
+    reduce: tuple[tuple[str, str], ...] = ()
+    replicate: frozenset = frozenset()
+    even: frozenset = frozenset()
+    merge: str = "size"
+    declared: frozenset = field(default=frozenset(), compare=False)
+
+    # -- text ---------------------------------------------------------------------------------
+    def __str__(self) -> str:
+        body = ", ".join(map(str, self.inputs)) + " -> " + ", ".join(map(str, self.outputs))
+        clauses = []
+        declared = [(f, o) for f, o in self.reduce if not self._implicit_sum(f, o)]
+        for op in REDUCE_OPS:
+            fs = [f for f, o in declared if o == op]
+            if fs:
+                clauses.append(f"reduce({op}): " + " ".join(fs))
+        if self.replicate:
+            clauses.append("replicate: " + " ".join(sorted(self.replicate)))
+        if self.even:
+            clauses.append("even: " + " ".join(sorted(self.even)))
+        if self.merge != "size":
+            clauses.append(f"merge: {self.merge}")
+        return " | ".join([body] + clauses)
+
+    def _implicit_sum(self, factor: str, op: str) -> bool:
+        return op == "sum" and factor not in self.declared
+
+    # -- structure ----------------------------------------------------------------------------
+    def factors(self) -> tuple[str, ...]:
+        """Every factor in order of first appearance (inputs, then outputs)."""
+        seen: dict[str, None] = {}
+        for operand in self.inputs + self.outputs:
+            for f in operand.factors:
+                seen.setdefault(f, None)
+        return tuple(seen)
+
+    def reduction_ops(self) -> dict[str, str]:
+        return dict(self.reduce)
+
+    # -- binding to shapes --------------------------------------------------------------------
+    def bind(self, shapes: Sequence[Sequence[int]], op: str | None = None) -> Binding:
+        """Bind to input shapes; checks ranks and sizes (cached per shape tuple)."""
+        key = tuple(tuple(int(s) for s in shape) for shape in shapes)
+        return _bind(self, key, op)
+
+
+@functools.lru_cache(maxsize=4096)
+def _bind(n: Notation, shapes: tuple[tuple[int, ...], ...], op: str | None) -> Binding:
+    if len(shapes) != len(n.inputs):
+        raise _fail(n.text, f"it has {len(n.inputs)} inputs but {len(shapes)} tensors were given",
+                    "pass one spec per operand before '->' (or fix the notation)", op)
+    ell = 0
+    for i, (operand, shape) in enumerate(zip(n.inputs, shapes)):
+        extra = len(shape) - operand.n_explicit
+        if extra < 0 or (extra > 0 and not operand.has_ellipsis):
+            raise _fail(n.text, f"input {i} ('{operand}') has {operand.n_explicit} factors but the "
+                        f"tensor has rank {len(shape)} (shape {list(shape)})",
+                        "give one factor per dim, or start the operand with '...' for batch dims", op)
+        ell = max(ell, extra)
+
+    def expand(operand: Operand, rank_extra: int) -> tuple[str, ...]:
+        out = []
+        for f in operand.factors:
+            if f == ELLIPSIS:
+                out.extend(f"...{k}" for k in range(ell - rank_extra, ell))
+            else:
+                out.append(f)
+        return tuple(out)
+
+    ins = tuple(expand(o, len(s) - o.n_explicit) for o, s in zip(n.inputs, shapes))
+    sizes: dict[str, int] = {}
+    owner: dict[str, tuple[int, int]] = {}
+    for i, (facts, shape) in enumerate(zip(ins, shapes)):
+        for d, (f, s) in enumerate(zip(facts, shape)):
+            if f == ONE:
+                if s != 1:
+                    raise _fail(n.text, f"input {i} dim {d} is the literal factor '1' but has size {s}",
+                                "use a named factor for that dim", op)
+                continue
+            if f not in sizes or sizes[f] == 1:
+                sizes[f] = s
+                owner[f] = (i, d)
+            elif s != 1 and s != sizes[f]:
+                j, e = owner[f]
+                raise _fail(n.text, f"factor '{f}' has size {sizes[f]} in input {j} (dim {e}) but size "
+                            f"{s} in input {i} (dim {d}); shapes {[list(x) for x in shapes]}",
+                            "make the sizes equal (or 1 to broadcast), or use two factor names", op)
+    broadcast = frozenset((i, d) for i, facts in enumerate(ins) for d, f in enumerate(facts)
+                          if f != ONE and shapes[i][d] == 1 and sizes[f] != 1)
+    outs = tuple(expand(o, ell if o.has_ellipsis else 0) for o in n.outputs)
+    for k, facts in enumerate(outs):
+        for f in facts:
+            if f != ONE and f not in sizes:
+                raise _fail(n.text, f"output {k} uses factor '{f}' that no input has",
+                            "every output factor must come from an input (write '1' for a new size-1 dim)",
+                            op)
+    out_shapes = tuple(tuple(1 if f == ONE else sizes[f] for f in facts) for facts in outs)
+    return Binding(ins, outs, sizes, broadcast, out_shapes)
+
+
+def _split_operands(text: str, part: str, single: bool, scalar_if_empty: bool = False) -> tuple[Operand, ...]:
+    part = part.strip()
+    if not part:
+        return (Operand(()),) if scalar_if_empty else ()
+    out = []
+    for raw in part.split(","):
+        raw = raw.strip()
+        if single:
+            toks, i = [], 0
+            while i < len(raw):
+                if raw.startswith(ELLIPSIS, i):
+                    toks.append(ELLIPSIS)
+                    i += 3
+                else:
+                    toks.append(raw[i])
+                    i += 1
+        else:
+            toks = raw.split()
+        for t in toks:
+            if t not in (ELLIPSIS, ONE) and not _NAME.match(t):
+                raise _fail(text, f"'{t}' in operand '{raw}' is not a factor name",
+                            "use letters, digits and '_' (starting with a letter), '...' or '1'")
+        if toks.count(ELLIPSIS) > 1:
+            raise _fail(text, f"operand '{raw}' has '...' twice", "use at most one '...' per operand")
+        out.append(Operand(tuple(toks)))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=2048)
+def parse_notation(text: str, reduce: tuple = (), replicate: tuple = ()) -> Notation:
+    """Parse a notation string (plus optional ``reduce``/``replicate`` declarations).
+
+    ``reduce`` is a tuple of ``(factor, op)`` pairs and ``replicate`` a tuple of factors; they
+    are merged with the ``|`` clauses of ``text``.
+    """
+    if not isinstance(text, str):
+        raise ShardingRuleError(f"a rule notation is a str such as 'm k, k n -> m n', got {text!r}")
+    body, *clauses = text.split("|")
+    if body.count("->") != 1 or body.replace("->", "").count(">") or body.replace("->", "").count("-"):
+        raise _fail(text, f"found {body.count('->')} arrows", "write exactly one '->' between inputs and outputs")
+    single = not re.search(r"\s", body.strip())
+    lhs, rhs = body.split("->")
+    ins, outs = _split_operands(text, lhs, single), _split_operands(text, rhs, single, True)
+    if not ins:
+        raise _fail(text, "there is no input operand", "write at least one operand before '->'")
+    red: dict[str, str] = {}
+    declared: set[str] = set()
+    rep: set[str] = set(replicate)
+    even: set[str] = set()
+    merge = "size"
+    for f, op in reduce:
+        red[f] = op
+        declared.add(f)
+    for clause in clauses:
+        m = _CLAUSE.match(clause)
+        if not m:
+            raise _fail(text, f"clause '{clause.strip()}' is not understood",
+                        "write 'reduce(op): f', 'replicate: f', 'merge: follow' or 'even: f'")
+        names = m.group(3).split()
+        kind = m.group(1)
+        if kind.startswith("reduce"):
+            op = m.group(2) or "sum"
+            for f in names:
+                red[f] = op
+                declared.add(f)
+        elif kind == "replicate":
+            rep.update(names)
+        elif kind == "even":
+            even.update(names)
+        else:
+            if len(names) != 1 or names[0] not in MERGE_POLICIES:
+                raise _fail(text, f"merge policy '{' '.join(names)}' is unknown",
+                            f"use one of {', '.join(MERGE_POLICIES)}")
+            merge = names[0]
+    in_factors = {f for o in ins for f in o.factors}
+    out_factors = {f for o in outs for f in o.factors}
+    for f, op in red.items():
+        if op not in REDUCE_OPS:
+            raise _fail(text, f"reduce op '{op}' of factor '{f}' is unknown", f"use one of {', '.join(REDUCE_OPS)}")
+        if f in out_factors:
+            raise _fail(text, f"factor '{f}' is declared a reduction but appears in an output",
+                        f"drop '{f}' from the outputs or from reduce(...)")
+    for f in list(red) + list(rep) + list(even):
+        if f not in in_factors:
+            raise _fail(text, f"declared factor '{f}' appears in no input", "declare only factors of the notation")
+    if ELLIPSIS in out_factors and ELLIPSIS not in in_factors:
+        raise _fail(text, "an output has '...' but no input has", "add '...' to an input operand")
+    for f in sorted(in_factors - out_factors - {ELLIPSIS, ONE}):
+        red.setdefault(f, "sum")
+    for f, op in red.items():
+        if op == "avg":
+            even.add(f)
+    order = [f for o in ins for f in o.factors]
+    reduce_t = tuple(sorted(red.items(), key=lambda kv: order.index(kv[0])))
+    return Notation(text, ins, outs, reduce_t, frozenset(rep), frozenset(even), merge, frozenset(declared))
+
+
+def as_notation(value) -> Notation:
+    """A :class:`Notation` from a notation or its text."""
+    return value if isinstance(value, Notation) else parse_notation(value)
+
+
+__all__ = ["Binding", "Notation", "Operand", "as_notation", "parse_notation", "ELLIPSIS", "ONE"]

@@ -1,0 +1,171 @@
+"""Paddle's calling convention for paddle-ext rules, and Paddle's C++ rules as paddle-ext rules.
+
+* :func:`paddle_forward` / :func:`paddle_backward` let a paddle-ext :class:`SpmdRule` be called
+  like ``core.get_phi_spmd_rule(op)``: tensors as ``DistTensorSpec`` (or :class:`DistSpec`),
+  tensor lists as lists, attributes positionally in the PHI kernel's order; the answer is
+  ``(input TensorDistAttrs, output TensorDistAttrs)`` (a tensor-list input gives a list).
+* :class:`PaddleRule` wraps a C++ rule so the same callers (validator, differential tests,
+  ``paddle-ext rules explain --source paddle``) get a :class:`RuleResult` from it.
+
+Everything Paddle-internal goes through :mod:`paddle_ext.compat.spmd`.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..compat import spmd as cspmd
+from ..errors import ShardingRuleError
+from ..placements import DistSpec
+from .result import RuleResult, make_result
+
+
+def paddle_has_rule(op: str) -> bool:
+    try:
+        return cspmd.has_phi_rule(op)
+    except Exception:  # no Paddle: there is no fallback, the lookup miss reports the name
+        return False
+
+
+def _is_tensor(v) -> bool:
+    return isinstance(v, DistSpec) or cspmd.is_dist_tensor_spec(v)
+
+
+def _is_tensor_list(v) -> bool:
+    return isinstance(v, (list, tuple)) and len(v) > 0 and all(_is_tensor(x) for x in v)
+
+
+def _to_spec(v) -> DistSpec:
+    return v if isinstance(v, DistSpec) else cspmd.spec_from_dist_tensor_spec(v)
+
+
+def _mesh_of(args):
+    for v in args:
+        for x in (v if isinstance(v, (list, tuple)) else [v]):
+            if cspmd.is_dist_tensor_spec(x):
+                return x.process_mesh
+    return None
+
+
+def _split_args(rule, args: Sequence, with_outputs: bool):
+    tensors = [p for p in rule.params if p.kind != "attr"]
+    attrs = [p for p in rule.params if p.kind == "attr"]
+    args = list(args)
+    if len(args) < len(tensors):
+        raise ShardingRuleError(f"{rule.op}: expected {len(tensors)} tensor arguments "
+                                f"({', '.join(p.name for p in tensors)}) first, got {len(args)} arguments")
+    specs = []
+    for p, v in zip(tensors, args):
+        if p.kind == "tensors":
+            if not _is_tensor_list(v):
+                raise ShardingRuleError(f"{rule.op}: argument {p.name!r} must be a list of DistTensorSpec")
+            specs.append([_to_spec(x) for x in v])
+        elif v is None and p.kind == "optional":
+            specs.append(None)
+        elif _is_tensor(v):
+            specs.append(_to_spec(v))
+        else:
+            raise ShardingRuleError(f"{rule.op}: argument {p.name!r} must be a DistTensorSpec, got "
+                                    f"{type(v).__name__} {v!r}; pass tensors first, in the PHI kernel's order")
+    rest = args[len(tensors):]
+    outs: list[DistSpec] = []
+    if with_outputs:
+        while rest and (_is_tensor(rest[0]) or _is_tensor_list(rest[0])):
+            v = rest.pop(0)
+            outs.extend(_to_spec(x) for x in (v if isinstance(v, (list, tuple)) else [v]))
+    if len(rest) > len(attrs):
+        raise ShardingRuleError(f"{rule.op}: {len(rest)} attribute arguments for {len(attrs)} attributes "
+                                f"({', '.join(p.name for p in attrs)})")
+    values = {p.name: v for p, v in zip(attrs, rest)}
+    return specs, outs, values, _mesh_of(args)
+
+
+def _to_paddle(rule, res: RuleResult, specs, mesh):
+    conv = lambda s: cspmd.dist_attr(s, mesh)  # noqa: E731
+    ins, k = [], 0
+    for p, v in zip([p for p in rule.params if p.kind != "attr"], specs):
+        if p.kind == "tensors":
+            ins.append([conv(s) for s in res.inputs[k:k + len(v)]])
+            k += len(v)
+        elif v is None:
+            ins.append(None)
+        else:
+            ins.append(conv(res.inputs[k]))
+            k += 1
+    return ins, [conv(s) for s in res.outputs]
+
+
+def paddle_forward(rule, args: Sequence):
+    specs, _, attrs, mesh = _split_args(rule, args, with_outputs=False)
+    res = rule.infer([s for s in specs if s is not None] if None in specs else specs, attrs)
+    return _to_paddle(rule, res, specs, mesh)
+
+
+def paddle_backward(rule, args: Sequence):
+    specs, outs, attrs, mesh = _split_args(rule, args, with_outputs=True)
+    res = rule.infer_reverse(specs, outs, attrs)
+    return _to_paddle(rule, res, specs, mesh)
+
+
+class PaddleRule:
+    """Paddle's C++ rule ``op`` behind paddle-ext's interface (``source == "paddle"``)."""
+
+    source = "paddle"
+
+    def __init__(self, op: str):
+        self.op = op
+        self.doc_notation = f"Paddle C++ rule {op}"
+        self._rule = cspmd.phi_rule(op)
+
+    def __repr__(self) -> str:
+        return f"PaddleRule({self.op!r})"
+
+    def infer_forward(self, *args):
+        return self._rule.infer_forward(*self._convert(args))
+
+    def infer_backward(self, *args):
+        return self._rule.infer_backward(*self._convert(args))
+
+    @staticmethod
+    def _convert(args):
+        mesh = None
+        out = []
+        for v in args:
+            if isinstance(v, DistSpec):
+                out.append(cspmd.dist_tensor_spec(v, mesh))
+            elif isinstance(v, (list, tuple)) and v and all(isinstance(x, DistSpec) for x in v):
+                out.append([cspmd.dist_tensor_spec(x, mesh) for x in v])
+            else:
+                out.append(v)
+        return out
+
+    def infer_positional(self, args: Sequence, backward: bool = False) -> RuleResult:
+        """Call the C++ rule with :class:`DistSpec` tensors (lists allowed) and positional
+        attributes; returns a :class:`RuleResult` (given = the tensor args, flattened)."""
+        given = []
+        for v in args:
+            if isinstance(v, DistSpec):
+                given.append(v)
+            elif isinstance(v, (list, tuple)) and v and all(isinstance(x, DistSpec) for x in v):
+                given.extend(v)
+        ins, outs = (self._rule.infer_backward if backward else self._rule.infer_forward)(*self._convert(args))
+        flat_ins = []
+        for a in ins:
+            flat_ins.extend(a if isinstance(a, list) else [a])
+        req = [cspmd.spec_from_dist_attr(a, g.shape) for a, g in zip(flat_ins, given)]
+        return RuleResult(self.op, tuple(req), tuple(_raw_out(o) for o in outs), (), tuple(given), "paddle")
+
+
+def _raw_out(attr):
+    """Output attrs have no shape in Paddle's answer: keep mesh and placements with a
+    placeholder shape of the right rank (callers attach the real shape)."""
+    rank = len(attr.dims_mapping)
+    return cspmd.spec_from_dist_attr(attr, (1,) * rank)
+
+
+def with_shapes(res: RuleResult, out_shapes: Sequence[Sequence[int]]) -> RuleResult:
+    """``res`` with its output specs given real shapes (for :class:`PaddleRule` answers)."""
+    outs = tuple(DistSpec(tuple(sh), o.mesh_shape, o.placements) for o, sh in zip(res.outputs, out_shapes))
+    return make_result(res.op, res.given, res.inputs, outs, res.rule)
+
+
+__all__ = ["PaddleRule", "paddle_backward", "paddle_forward", "paddle_has_rule", "with_shapes"]

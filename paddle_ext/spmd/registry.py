@@ -1,0 +1,378 @@
+"""The rule registry: ``@register_spmd_rule("op")`` and ``get_spmd_rule("op")``.
+
+A rule is a small pure function whose parameters are the op's tensors (annotated ``DistSpec``,
+``list[DistSpec]`` for a tensor list, ``DistSpec | None`` for an optional one) followed by its
+attributes (annotated ``bool``, ``int``, ``float``, ``str``, ``list[int]``), in the PHI kernel's
+order. It returns a *plan*: a notation string (the einsum engine), a :class:`View` (a DimTrans
+map), :class:`Rows` (one-mesh-dim rows) or a finished :class:`RuleResult`. The first line of
+the docstring states the rule in notation.
+
+>>> from paddle_ext.placements import DistSpec
+>>> reg = Registry()
+>>> @reg.register("my_scale")
+... def my_scale(x: DistSpec, factor: float = 1.0):
+...     '''... -> ...'''
+...     return "... -> ..."
+>>> str(reg.get("my_scale").infer([DistSpec((4, 6), (2,), "[S(1)]")], {"factor": 2.0}))
+'my_scale: [S(1)] = [S(1)]'
+
+``get`` falls back to Paddle's C++ rule when paddle-ext has none, so callers use one registry;
+a miss lists the close names. Registries are plain dicts (``reg.rules``) tests can inspect.
+"""
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from ..errors import ShardingRuleError
+from ..placements import DistSpec
+from .dimtrans import infer_dimtrans, infer_dimtrans_reverse
+from .engine import infer_einsum, infer_einsum_grad, infer_einsum_reverse
+from .notation import Notation, parse_notation
+from .onedim import infer_onedim, infer_onedim_reverse
+from .result import RuleResult
+
+
+@dataclass(frozen=True)
+class View:
+    """Plan for a reshape-like op: ``dim_map`` applied to tensor input ``index``."""
+
+    dim_map: tuple
+    out_shape: tuple | None = None
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Plan for a one-mesh-dim rule: rows of (output placements, input placements)."""
+
+    rows: tuple
+    out_shapes: tuple | None = None
+
+
+# -- parameters -------------------------------------------------------------------------------
+_ATTR_TYPES = {"bool": bool, "int": int, "float": float, "str": str}
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: str            # "tensor" | "tensors" | "optional" | "attr"
+    type: str            # for attrs: bool/int/float/str/list[int]/list[float]/any
+    default: Any = inspect.Parameter.empty
+
+    def check(self, op: str, value, notation: str):
+        """Validate (and normalise) an attribute value; tuples replace lists (hashable)."""
+        if self.kind != "attr" or self.type == "any":
+            return value
+        where = f"{op} (rule {notation!r}): attribute {self.name!r}"
+        if self.type.startswith("list["):
+            inner = _ATTR_TYPES[self.type[5:-1]]
+            if isinstance(value, (list, tuple)) and all(_is(v, inner) for v in value):
+                return tuple(inner(v) for v in value)
+            raise ShardingRuleError(f"{where} must be a list of {inner.__name__}, got {value!r}; "
+                                    f"pass e.g. [0, 1]")
+        want = _ATTR_TYPES[self.type]
+        if not _is(value, want):
+            raise ShardingRuleError(f"{where} must be {want.__name__}, got {type(value).__name__} {value!r}; "
+                                    f"pass a {want.__name__} (PHI kernel order: "
+                                    f"tensors first, then attributes)")
+        return want(value)
+
+
+def _is(value, want) -> bool:
+    if want is bool:
+        return isinstance(value, bool)
+    if want is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if want is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, want)
+
+
+def _param_of(op: str, p: inspect.Parameter, ann) -> Param:
+    raw = p.annotation if isinstance(p.annotation, str) else ann
+    text = raw if isinstance(raw, str) else (raw.__name__ if isinstance(raw, type) else str(raw))
+    text = text.replace("typing.", "").replace(" ", "").replace("paddle_ext.placements.", "")
+    if text == "DistSpec":
+        return Param(p.name, "tensor", "DistSpec", p.default)
+    if text in ("list[DistSpec]", "Sequence[DistSpec]", "tuple[DistSpec,...]"):
+        return Param(p.name, "tensors", "DistSpec", p.default)
+    if text in ("DistSpec|None", "Optional[DistSpec]", "Union[DistSpec,None]"):
+        return Param(p.name, "optional", "DistSpec", None if p.default is inspect.Parameter.empty else p.default)
+    for key in ("bool", "int", "float", "str"):
+        if text == key:
+            return Param(p.name, "attr", key, p.default)
+        if text in (f"list[{key}]", f"Sequence[{key}]", f"tuple[{key},...]"):
+            return Param(p.name, "attr", f"list[{key}]", p.default)
+    if text in ("Any", "object"):
+        return Param(p.name, "attr", "any", p.default)
+    raise ShardingRuleError(
+        f"rule {op!r}: parameter {p.name!r} has annotation {text!r}; annotate tensors as DistSpec, "
+        f"list[DistSpec] or DistSpec | None and attributes as bool, int, float, str or list[int]")
+
+
+def signature_of(op: str, fn: Callable) -> tuple[Param, ...]:
+    """The rule's parameters, checked: every one annotated, tensors before attributes."""
+    sig = inspect.signature(fn)
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # unresolvable forward references: fall back to the raw strings
+        hints = {}
+    params = []
+    for p in sig.parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise ShardingRuleError(f"rule {op!r}: *{p.name} is not allowed; name every tensor and attribute")
+        ann = hints.get(p.name, p.annotation)
+        if ann is inspect.Parameter.empty:
+            raise ShardingRuleError(f"rule {op!r}: parameter {p.name!r} has no annotation; annotate it "
+                                    f"(DistSpec for a tensor, bool/int/float/list[int] for an attribute)")
+        params.append(_param_of(op, p, ann))
+    kinds = [p.kind != "attr" for p in params]
+    if kinds != sorted(kinds, reverse=True):
+        raise ShardingRuleError(f"rule {op!r}: tensor parameters must come before attributes, as in "
+                                f"the PHI kernel; got {[p.name for p in params]}")
+    if not any(kinds):
+        raise ShardingRuleError(f"rule {op!r}: the rule has no tensor parameter")
+    return tuple(params)
+
+
+# -- the rule object ----------------------------------------------------------------------------
+class SpmdRule:
+    """A registered paddle-ext rule: pure API (:meth:`infer`, :meth:`infer_reverse`,
+    :meth:`infer_grad`) and Paddle's calling convention (:meth:`infer_forward`,
+    :meth:`infer_backward`, via :mod:`paddle_ext.spmd.paddle_bridge`)."""
+
+    source = "ext"
+
+    def __init__(self, op: str, fn: Callable):
+        self.op = op
+        self.fn = fn
+        self.params = signature_of(op, fn)
+        doc = inspect.getdoc(fn) or ""
+        self.doc_notation = doc.splitlines()[0] if doc else ""
+        self._cached = functools.lru_cache(maxsize=8192)(self._infer_uncached)
+
+    def __repr__(self) -> str:
+        return f"SpmdRule({self.op!r}, {self.doc_notation!r})"
+
+    # -- binding -------------------------------------------------------------------------------
+    def bind(self, specs: Sequence, attrs: Mapping | None = None) -> tuple[tuple, tuple]:
+        """(tensor args per parameter, attribute values) from flat-ish specs and an attr dict.
+
+        ``specs`` lists the tensor parameters in order (a tensor list is one nested list).
+        """
+        attrs = dict(attrs or {})
+        tensors = [p for p in self.params if p.kind != "attr"]
+        specs = list(specs)
+        if len(tensors) == 1 and tensors[0].kind == "tensors" and specs and isinstance(specs[0], DistSpec):
+            specs = [specs]
+        if len(specs) > len(tensors) or len(specs) < sum(p.kind == "tensor" for p in tensors):
+            raise ShardingRuleError(
+                f"{self.op} (rule {self.doc_notation!r}): got {len(specs)} tensor specs, expected "
+                f"{len(tensors)} ({', '.join(p.name for p in tensors)})")
+        targs = []
+        for k, p in enumerate(tensors):
+            v = specs[k] if k < len(specs) else None
+            if p.kind == "tensors":
+                if not isinstance(v, (list, tuple)) or not all(isinstance(x, DistSpec) for x in v):
+                    raise ShardingRuleError(f"{self.op}: tensor list {p.name!r} must be a list of DistSpec, got {v!r}")
+                v = tuple(v)
+            elif p.kind == "tensor" and not isinstance(v, DistSpec):
+                raise ShardingRuleError(f"{self.op}: tensor {p.name!r} must be a DistSpec, got {type(v).__name__}; "
+                                        f"build it with DistSpec(shape, mesh_shape, placements)")
+            targs.append(v)
+        avals = []
+        for p in self.params:
+            if p.kind != "attr":
+                continue
+            if p.name in attrs:
+                avals.append(p.check(self.op, attrs.pop(p.name), self.doc_notation))
+            elif p.default is not inspect.Parameter.empty:
+                avals.append(p.default if not isinstance(p.default, list) else tuple(p.default))
+            else:
+                raise ShardingRuleError(f"{self.op} (rule {self.doc_notation!r}): attribute {p.name!r} is "
+                                        f"required; pass it in attrs")
+        if attrs:
+            close = difflib.get_close_matches(next(iter(attrs)), [p.name for p in self.params])
+            raise ShardingRuleError(f"{self.op}: unknown attribute(s) {sorted(attrs)}"
+                                    + (f"; did you mean {close[0]!r}?" if close else ""))
+        return tuple(targs), tuple(avals)
+
+    def plan(self, targs: tuple, avals: tuple):
+        return self.fn(*targs, *avals)
+
+    # -- pure API ------------------------------------------------------------------------------
+    def infer(self, specs: Sequence, attrs: Mapping | None = None) -> RuleResult:
+        """Forward inference on :class:`DistSpec` values (cached on specs + attributes)."""
+        targs, avals = self.bind(specs, attrs)
+        return self._cached(targs, avals)
+
+    def _flat(self, targs) -> list[DistSpec]:
+        flat = []
+        for v in targs:
+            if isinstance(v, tuple):
+                flat.extend(v)
+            elif v is not None:
+                flat.append(v)
+        return flat
+
+    def _infer_uncached(self, targs: tuple, avals: tuple) -> RuleResult:
+        plan = self.plan(targs, avals)
+        flat = self._flat(targs)
+        if isinstance(plan, RuleResult):
+            self._check_result(plan, len(flat))
+            return plan
+        if isinstance(plan, (str, Notation)):
+            return infer_einsum(plan, flat, self.op)
+        if isinstance(plan, View):
+            return infer_dimtrans(flat[plan.index], plan.dim_map, self.op, plan.out_shape)
+        if isinstance(plan, (Rows, list)):
+            rows = plan.rows if isinstance(plan, Rows) else plan
+            shapes = plan.out_shapes if isinstance(plan, Rows) else None
+            return infer_onedim(rows, flat, self.op, shapes)
+        raise ShardingRuleError(f"rule {self.op!r} returned {type(plan).__name__}; return a notation string, "
+                                f"View, Rows or RuleResult")
+
+    def _check_result(self, res: RuleResult, n_inputs: int) -> None:
+        if len(res.inputs) != n_inputs:
+            raise ShardingRuleError(f"rule {self.op!r} returned {len(res.inputs)} input specs for {n_inputs} "
+                                    f"tensor inputs; return one required spec per input tensor")
+
+    def infer_reverse(self, specs: Sequence, out_specs: Sequence[DistSpec],
+                      attrs: Mapping | None = None) -> RuleResult:
+        """Backward (reverse) inference: input layouts from output layouts (Paddle's infer_backward)."""
+        targs, avals = self.bind(specs, attrs)
+        plan = self.plan(targs, avals)
+        flat = self._flat(targs)
+        if isinstance(plan, (str, Notation)):
+            return infer_einsum_reverse(plan, flat, out_specs, self.op)
+        if isinstance(plan, View):
+            res = infer_dimtrans_reverse(flat[plan.index], out_specs[0], plan.dim_map, self.op)
+            return res
+        if isinstance(plan, (Rows, list)):
+            rows = plan.rows if isinstance(plan, Rows) else plan
+            return infer_onedim_reverse(rows, flat, out_specs, self.op)
+        raise ShardingRuleError(f"rule {self.op!r} is hand-written (returns RuleResult); it has no reverse "
+                                f"inference -- write it as a notation, View or Rows")
+
+    def infer_grad(self, specs: Sequence, out_grads: Sequence[DistSpec],
+                   attrs: Mapping | None = None) -> RuleResult:
+        """Gradient inference from the same notation (einsum plans only)."""
+        targs, avals = self.bind(specs, attrs)
+        plan = self.plan(targs, avals)
+        if not isinstance(plan, (str, Notation)):
+            raise ShardingRuleError(f"rule {self.op!r}: gradient inference needs a notation plan")
+        return infer_einsum_grad(plan, self._flat(targs), out_grads, self.op)
+
+    def notation(self, specs: Sequence, attrs: Mapping | None = None) -> str:
+        """The notation (or dim map text) the rule uses for these specs."""
+        targs, avals = self.bind(specs, attrs)
+        plan = self.plan(targs, avals)
+        if isinstance(plan, (str, Notation)):
+            return str(parse_notation(plan) if isinstance(plan, str) else plan)
+        return self._infer_uncached(targs, avals).rule
+
+    def cache_clear(self) -> None:
+        self._cached.cache_clear()
+
+    # -- Paddle's calling convention -------------------------------------------------------------
+    def infer_forward(self, *args):
+        from .paddle_bridge import paddle_forward
+
+        return paddle_forward(self, args)
+
+    def infer_backward(self, *args):
+        from .paddle_bridge import paddle_backward
+
+        return paddle_backward(self, args)
+
+
+class Registry:
+    """Plain dict of op name -> :class:`SpmdRule`, with Paddle's C++ rules as the fallback."""
+
+    def __init__(self):
+        self.rules: dict[str, SpmdRule] = {}
+
+    def register(self, op: str, override: bool = False):
+        if not isinstance(op, str) or not op:
+            raise ShardingRuleError(f"register_spmd_rule needs an op name string, got {op!r}")
+
+        def deco(fn):
+            if op in self.rules and not override:
+                raise ShardingRuleError(
+                    f"an SPMD rule for {op!r} is already registered ({self.rules[op].fn.__module__}."
+                    f"{self.rules[op].fn.__qualname__}); pass override=True to replace it")
+            self.rules[op] = SpmdRule(op, fn)
+            return fn
+        return deco
+
+    def get(self, op: str, source: str = "auto"):
+        """paddle-ext's rule for ``op``; else Paddle's C++ rule (``source="auto"``)."""
+        if source in ("auto", "ext") and op in self.rules:
+            return self.rules[op]
+        if source in ("auto", "paddle"):
+            from .paddle_bridge import PaddleRule, paddle_has_rule
+
+            if paddle_has_rule(op):
+                return PaddleRule(op)
+        names = list(self.rules)
+        close = difflib.get_close_matches(op, names, n=5, cutoff=0.6)
+        hint = f"; close names: {', '.join(close)}" if close else ""
+        where = {"ext": "paddle-ext", "paddle": "Paddle's C++ registry"}.get(source, "paddle-ext or Paddle")
+        raise ShardingRuleError(f"no SPMD rule named {op!r} in {where}{hint}; register one with "
+                                f"@register_spmd_rule({op!r})")
+
+    def reset(self, rules: Mapping[str, SpmdRule] | None = None) -> dict[str, SpmdRule]:
+        """Replace the contents (tests); returns the previous dict."""
+        old = dict(self.rules)
+        self.rules.clear()
+        self.rules.update(rules or {})
+        return old
+
+
+REGISTRY = Registry()
+
+
+def register_spmd_rule(op: str, override: bool = False):
+    """Decorator registering a rule function into paddle-ext's registry."""
+    return REGISTRY.register(op, override)
+
+
+@functools.lru_cache(maxsize=1)
+def load_builtin_rules() -> None:
+    """Import ``paddle_ext.spmd_rules`` (its modules register paddle-ext's rules)."""
+    import importlib
+
+    importlib.import_module("paddle_ext.spmd_rules")
+
+
+def get_spmd_rule(op: str, source: str = "auto"):
+    """The rule for ``op``: paddle-ext's, else Paddle's C++ rule; a miss lists close names."""
+    load_builtin_rules()
+    return REGISTRY.get(op, source)
+
+
+def infer_forward(op: str, specs: Sequence, attrs: Mapping | None = None) -> RuleResult:
+    """Pure forward inference: ``RuleResult`` for ``op`` on :class:`DistSpec` values."""
+    return get_spmd_rule(op, "ext").infer(specs, attrs)
+
+
+def infer_backward(op: str, specs: Sequence, out_specs: Sequence[DistSpec],
+                   attrs: Mapping | None = None) -> RuleResult:
+    """Pure reverse inference: input layouts that produce ``out_specs``."""
+    return get_spmd_rule(op, "ext").infer_reverse(specs, out_specs, attrs)
+
+
+def infer_grad(op: str, specs: Sequence, out_grads: Sequence[DistSpec],
+               attrs: Mapping | None = None) -> RuleResult:
+    """Pure gradient inference (input gradients' layouts) from the forward notation."""
+    return get_spmd_rule(op, "ext").infer_grad(specs, out_grads, attrs)
+
+
+__all__ = ["Param", "REGISTRY", "Registry", "Rows", "SpmdRule", "View", "get_spmd_rule", "infer_backward",
+           "infer_forward", "infer_grad", "load_builtin_rules", "register_spmd_rule"]

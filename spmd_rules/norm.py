@@ -1,0 +1,62 @@
+"""softmax, log_softmax, layer_norm, rms_norm: the normalised dims must stay whole."""
+from __future__ import annotations
+
+from paddle_ext.placements import DistSpec
+from paddle_ext.spmd.registry import register_spmd_rule
+
+from ._names import axis_of, dims
+
+
+def softmax_notation(ndim: int, axis: int, op: str = "softmax") -> str:
+    """The softmax notation: the softmax axis is replicated.
+
+    >>> softmax_notation(3, -1)
+    'd0 d1 d2 -> d0 d1 d2 | replicate: d2'
+    """
+    if ndim == 0:
+        return "... -> ..."
+    names = dims(ndim)
+    a = axis_of(axis, ndim, op)
+    body = " ".join(names)
+    return f"{body} -> {body} | replicate: {names[a]}"
+
+
+@register_spmd_rule("softmax")
+def softmax(x: DistSpec, axis: int = -1):
+    """d0 d1 -> d0 d1 | replicate: d1   (axis=-1)"""
+    return softmax_notation(x.ndim, axis, "softmax")
+
+
+@register_spmd_rule("log_softmax")
+def log_softmax(x: DistSpec, axis: int = -1):
+    """d0 d1 -> d0 d1 | replicate: d1   (axis=-1)"""
+    return softmax_notation(x.ndim, axis, "log_softmax")
+
+
+def norm_notation(ndim: int, begin: int, params: int, stats: int) -> str:
+    """Batch dims ``b*`` keep their sharding; normalised dims ``n*`` and parameters ``s`` stay whole.
+
+    >>> norm_notation(3, 2, 2, 2)
+    'b0 b1 n2, s, s -> b0 b1 n2, b0 b1, b0 b1 | replicate: n2 s'
+    """
+    names = [f"b{i}" if i < begin else f"n{i}" for i in range(ndim)]
+    x = " ".join(names)
+    batch = " ".join(names[:begin])
+    ins = [x] + ["s"] * params
+    outs = [x] + [batch] * stats
+    rep = " ".join(names[begin:] + (["s"] if params else []))
+    return f"{', '.join(ins)} -> {', '.join(outs)}" + (f" | replicate: {rep}" if rep else "")
+
+
+@register_spmd_rule("layer_norm")
+def layer_norm(x: DistSpec, scale: DistSpec | None = None, bias: DistSpec | None = None,
+               epsilon: float = 1e-5, begin_norm_axis: int = 1):
+    """b0 n1, s, s -> b0 n1, b0, b0 | replicate: n1 s   (begin_norm_axis=1)"""
+    begin = axis_of(begin_norm_axis, x.ndim, "layer_norm")
+    return norm_notation(x.ndim, begin, (scale is not None) + (bias is not None), 2)
+
+
+@register_spmd_rule("rms_norm")
+def rms_norm(x: DistSpec, scale: DistSpec, epsilon: float = 1e-6):
+    """b0 b1 n2, s -> b0 b1 n2, b0 b1 | replicate: n2 s   (normalises the last dim)"""
+    return norm_notation(x.ndim, x.ndim - 1, 1, 1)
