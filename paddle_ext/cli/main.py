@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
 from ..errors import PaddleExtError
 
@@ -33,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Paddle warns about ccache on every import; it concerns building C++ extensions, not this CLI
+    warnings.filterwarnings("ignore", message="No ccache found")
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -1,0 +1,153 @@
+"""One rank's training loop under a plan, and the single-process reference it is compared with.
+
+Both build the same GPT from the same seed and read the same batches; the reference runs dense
+in one process. Every rank returns its per-step losses (the global mean loss, identical on all
+ranks), its peak memory and the bytes its collectives were handed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .data import make_batches
+from .model import GPTConfig, build_model, lm_loss
+from .plans import Plan, parse_plan
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    plan: str = "dp2-tp2"
+    schedule: str = "1F1B"
+    steps: int = 20
+    batch: int = 8
+    microbatches: int = 4
+    seed: int = 0
+    lr: float = 1e-2
+    progress_file: str | None = None
+
+
+def reference_losses(cfg: RunConfig, model_cfg: GPTConfig = GPTConfig()) -> list[float]:
+    """Dense single-process training: the numbers every plan must reproduce."""
+    import paddle
+
+    model = build_model(model_cfg, cfg.seed)
+    opt = paddle.optimizer.AdamW(cfg.lr, parameters=model.parameters())
+    losses = []
+    for x, y in make_batches(cfg.steps, cfg.batch, model_cfg.seq_len, model_cfg.vocab, cfg.seed):
+        loss = lm_loss(model(paddle.to_tensor(x)), paddle.to_tensor(y))
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+        losses.append(float(loss.numpy()))
+    return losses
+
+
+def _placements(plan: Plan, **by_dim):
+    """One placement per mesh dim: ``by_dim`` gives some (e.g. tp=Shard(1)); the rest Replicate."""
+    import paddle.distributed as dist
+
+    return [by_dim.get(d, dist.Replicate()) for d in plan.mesh_dims]
+
+
+def _shard_model(model, plan: Plan, mesh):
+    """Lay the GPT's parameters out on ``mesh`` and set the blocks' enter/exit reshards."""
+    import paddle.distributed as dist
+
+    reshard = dist.reshard  # paddle_ext.install() routes the transitions Paddle lacks to paddle-ext
+    tp = plan.degree("tp") > 1
+    column = ("attn.q", "attn.k", "attn.v", "mlp.gate", "mlp.up")
+    row = ("attn.o", "mlp.down")
+
+    def shard_fn(name, layer, process_mesh):
+        if tp and any(name.endswith(c) for c in column):
+            layer.weight = dist.shard_tensor(layer.weight, process_mesh, _placements(plan, tp=dist.Shard(1)))
+        elif tp and any(name.endswith(r) for r in row):
+            layer.weight = dist.shard_tensor(layer.weight, process_mesh, _placements(plan, tp=dist.Shard(0)))
+
+    dist.shard_layer(model, mesh, shard_fn)
+    if not tp:
+        return model
+    replicated = _placements(plan)
+    if plan.sequence_parallel:
+        seq = _placements(plan, tp=dist.Shard(1), dp=dist.Shard(0))
+        full = _placements(plan, dp=dist.Shard(0))
+        model.embed.exit = lambda t: reshard(t, mesh, seq)          # R -> S(seq): local slice
+        model.head.enter = lambda t: reshard(t, mesh, full)         # S(seq) -> R: all-gather
+        for block in model.blocks:
+            block.enter = lambda t: reshard(t, mesh, full)          # all-gather the sequence
+            block.exit = lambda t: reshard(t, mesh, seq)            # P -> S(seq): reduce-scatter
+    else:
+        full = _placements(plan, dp=dist.Shard(0)) if plan.degree("dp") > 1 else replicated
+        for block in model.blocks:
+            block.exit = lambda t: reshard(t, mesh, full)           # P -> R: all-reduce
+    return model
+
+
+def _optimizer(model, plan: Plan, mesh, lr: float):
+    import paddle
+    import paddle.distributed as dist
+
+    opt = paddle.optimizer.AdamW(lr, parameters=model.parameters())
+    if plan.zero_stage:
+        stage = {1: dist.ShardingStage1, 2: dist.ShardingStage2, 3: dist.ShardingStage3}[plan.zero_stage]
+        return dist.shard_optimizer(opt, stage("dp", mesh))
+    return dist.shard_optimizer(opt)
+
+
+def _peak_memory_bytes() -> int:
+    import paddle
+
+    if paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count():
+        return int(paddle.device.cuda.max_memory_allocated())
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _report(progress_file, record):
+    if progress_file:
+        with open(progress_file, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def train_rank(run: dict, model_cfg: dict | None = None) -> dict:
+    """Run on every rank: build, shard, train ``steps`` steps; return losses, memory, bytes."""
+    import paddle
+    import paddle.distributed as dist
+
+    from .comm_stats import count_collectives
+
+    cfg = RunConfig(**run)
+    mcfg = GPTConfig(**(model_cfg or {}))
+    plan = parse_plan(cfg.plan)
+    if dist.get_world_size() != plan.world_size:
+        raise ValueError(f"plan {plan.name} needs {plan.world_size} ranks, this job has {dist.get_world_size()}")
+    if plan.degree("pp") > 1:
+        from .pipeline import train_pipeline_rank
+
+        return train_pipeline_rank(cfg, mcfg, plan)
+    mesh = dist.ProcessMesh(np.arange(plan.world_size).reshape(plan.mesh_shape).tolist(),
+                            dim_names=list(plan.mesh_dims))
+    model = _shard_model(build_model(mcfg, cfg.seed), plan, mesh)
+    opt = _optimizer(model, plan, mesh, cfg.lr)
+    data_placements = _placements(plan, dp=dist.Shard(0))
+    losses = []
+    rank = dist.get_rank()
+    start = time.perf_counter()
+    with count_collectives() as stats:
+        for step, (x, y) in enumerate(make_batches(cfg.steps, cfg.batch, mcfg.seq_len, mcfg.vocab, cfg.seed)):
+            ids = dist.shard_tensor(paddle.to_tensor(x), mesh, data_placements)
+            targets = dist.shard_tensor(paddle.to_tensor(y), mesh, data_placements)
+            loss = lm_loss(model(ids), targets)
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+            value = float(np.asarray(dist.reshard(loss, mesh, _placements(plan)).numpy()).reshape(-1)[0])
+            losses.append(value)
+            if rank == 0:
+                _report(cfg.progress_file, {"step": step, "loss": value, "elapsed": time.perf_counter() - start})
+    return {"rank": rank, "losses": losses, "peak_memory": _peak_memory_bytes(),
+            "collectives": {k: dict(v) for k, v in stats.items()}, "run": asdict(cfg)}
