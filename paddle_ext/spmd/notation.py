@@ -105,7 +105,7 @@ class Notation:
 
     # -- text ---------------------------------------------------------------------------------
     def __str__(self) -> str:
-        body = ", ".join(map(str, self.inputs)) + " -> " + ", ".join(map(str, self.outputs))
+        body = (", ".join(map(str, self.inputs)) + " -> " + ", ".join(map(str, self.outputs))).rstrip()
         clauses = []
         declared = [(f, o) for f, o in self.reduce if not self._implicit_sum(f, o)]
         for op in REDUCE_OPS:
