@@ -1,0 +1,201 @@
+"""Validate a pipeline schedule: counts, local order, one rank per stage, matched communication.
+
+:func:`validate_schedule` checks, for ``n_stages`` stages and ``n_microbatches`` microbatches:
+
+* every action is an :class:`~paddle_ext.passes.schedule_ir.Action` and appears once;
+* every stage runs on exactly one rank (communication actions name their local stage);
+* every (stage, microbatch) has exactly one ``F`` and either one ``B`` or one ``I`` and one ``W``;
+* on a rank, ``F`` comes before ``B``/``I`` of the same (stage, microbatch), ``I`` before ``W``,
+  ``F`` of stage ``s`` before ``F`` of stage ``s + 1`` and the backward of ``s + 1`` before the
+  backward of ``s`` whenever both stages share the rank;
+* a lowered schedule (one with ``SEND_*``/``RECV_*``) has exactly one send and one receive for
+  every dependency that crosses ranks, the send after the producing compute and the receive
+  before the consuming compute, and no other communication;
+* across ranks, the order makes progress: the schedule is simulated with unit costs and
+  rendezvous sends, and a deadlock raises with the stuck actions marked ``<-- here``.
+
+Each failure raises :class:`~paddle_ext.errors.ScheduleError` naming the (stage, microbatch),
+the ranks and steps involved, and the fix, followed by the rank-by-step grid around the problem.
+
+>>> from paddle_ext.passes.schedule_ir import parse_schedule
+>>> validate_schedule(parse_schedule("rank 0: 0F0 1F0 1B0 0B0")).n_stages
+2
+>>> validate_schedule(parse_schedule("rank 0: 0F0 0W0 0I0"))
+Traceback (most recent call last):
+...
+paddle_ext.errors.ScheduleError: stage 0 microbatch 0: 0W0 (rank 0 step 1) runs before 0I0 (step 2); put I before W of the same stage and microbatch
+step    0   1     2
+rank 0  0F0 >0W0< 0I0
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Mapping, Optional, Sequence, Tuple
+
+from paddle_ext.errors import ScheduleError
+from paddle_ext.passes.schedule_ir import COMM_KINDS, Action, Kind, format_grid
+
+__all__ = ["ScheduleShape", "check_structure", "validate_schedule"]
+
+F, B, I, W = Kind.F, Kind.B, Kind.I, Kind.W
+SEND_F, RECV_F, SEND_B, RECV_B = Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B
+
+
+@dataclass(frozen=True)
+class ScheduleShape:
+    """What validation learned about a schedule."""
+
+    n_ranks: int
+    n_stages: int
+    n_microbatches: int
+    stage_to_rank: Dict[int, int]
+    lowered: bool  # has SEND_*/RECV_* actions
+
+
+def _fail(schedule, message: str, where: Sequence[Tuple[int, int]] = ()) -> None:
+    marks = {rank: step for rank, step in where}
+    grid = format_grid(schedule, marks=marks, window=4) if marks else ""
+    raise ScheduleError(message + ("\n" + grid if grid else ""))
+
+
+def check_structure(schedule: Mapping[int, Sequence[Optional[Action]]], n_stages: Optional[int] = None,
+                    n_microbatches: Optional[int] = None) -> ScheduleShape:
+    """All the static checks of :func:`validate_schedule` (everything but cross-rank progress)."""
+    if not isinstance(schedule, Mapping) or not schedule:
+        raise ScheduleError(f"a schedule is a non-empty dict {{rank: [Action | None, ...]}}, got {type(schedule).__name__}")
+    where: Dict[Tuple[Kind, int, int], Tuple[int, int]] = {}
+    stage_rank: Dict[int, int] = {}
+    lowered = False
+    for rank, actions in schedule.items():
+        if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+            raise ScheduleError(f"schedule keys are ranks (ints >= 0), got {rank!r}")
+        for step, a in enumerate(actions):
+            if a is None:
+                continue
+            if not isinstance(a, Action):
+                _fail(schedule, f"rank {rank} step {step}: {a!r} is not an Action; build actions with "
+                      "Action(stage, Kind.F, microbatch) or Action.from_str('0F0')")
+            if a.stage < 0 or a.microbatch < 0:
+                _fail(schedule, f"rank {rank} step {step}: {a} has a negative stage or microbatch", [(rank, step)])
+            key = (a.kind, a.stage, a.microbatch)
+            if key in where:
+                first = where[key]
+                _fail(schedule, f"{a} appears twice (rank {first[0]} step {first[1]} and rank {rank} step {step}); "
+                      "each action runs exactly once: remove one", [first, (rank, step)])
+            where[key] = (rank, step)
+            owner = stage_rank.setdefault(a.stage, rank)
+            if owner != rank:
+                _fail(schedule, f"stage {a.stage} has actions on rank {owner} and rank {rank} (step {step}: {a}); "
+                      "a stage runs on exactly one rank: move its actions to one rank", [(rank, step)])
+            lowered = lowered or a.kind in COMM_KINDS
+
+    n_found = max(stage_rank) + 1
+    if n_stages is None:
+        n_stages = n_found
+    missing = [s for s in range(n_stages) if s not in stage_rank]
+    if n_found > n_stages or missing:
+        extra = sorted(s for s in stage_rank if s >= n_stages)
+        _fail(schedule, f"expected stages 0..{n_stages - 1}; " + (f"stages {missing} have no actions" if missing else
+              f"found stages {extra} beyond them") + "; give every stage its actions or fix n_stages")
+    mbs = {mb for (_, _, mb) in where}
+    if n_microbatches is None:
+        n_microbatches = max(mbs) + 1
+    extra_mbs = sorted(mb for mb in mbs if mb >= n_microbatches)
+    if extra_mbs:
+        kind, s, mb = next(k for k in where if k[2] == extra_mbs[0])
+        _fail(schedule, f"microbatch {mb} (in {Action(s, kind, mb)}) is out of range 0..{n_microbatches - 1}; "
+              "fix n_microbatches or the action", [where[(kind, s, mb)]])
+
+    def at(kind, s, mb):
+        return where.get((kind, s, mb))
+
+    for s in range(n_stages):
+        same_prev = s > 0 and stage_rank[s - 1] == stage_rank[s]
+        same_next = s + 1 < n_stages and stage_rank[s + 1] == stage_rank[s]
+        for mb in range(n_microbatches):
+            f, b, i, w = at(F, s, mb), at(B, s, mb), at(I, s, mb), at(W, s, mb)
+            name = f"stage {s} microbatch {mb}"
+            if f is None:
+                _fail(schedule, f"{name}: no forward {Action(s, F, mb)}; every stage runs F once per microbatch")
+            if b is not None and (i is not None or w is not None):
+                _fail(schedule, f"{name}: has both a full backward {Action(s, B, mb)} and a split one (I/W); "
+                      "keep either B or I and W", [b])
+            if b is None and (i is None or w is None):
+                lacking = "a backward (B, or I and W)" if i is None and w is None else ("I" if i is None else "W")
+                _fail(schedule, f"{name}: missing {lacking}; every stage and microbatch needs one B, or one I and one W",
+                      [p for p in (f, i, w) if p])
+            back = b or i
+            if back[1] < f[1]:
+                _fail(schedule, f"{name}: {Action(s, B if b else I, mb)} (rank {back[0]} step {back[1]}) runs before "
+                      f"{Action(s, F, mb)} (step {f[1]}); put F before the backward", [back])
+            if w is not None and w[1] < i[1]:
+                _fail(schedule, f"{name}: {Action(s, W, mb)} (rank {w[0]} step {w[1]}) runs before {Action(s, I, mb)} "
+                      f"(step {i[1]}); put I before W of the same stage and microbatch", [w])
+            if same_prev and where[(F, s - 1, mb)][1] > f[1]:
+                _fail(schedule, f"{name}: {Action(s, F, mb)} runs before {Action(s - 1, F, mb)} on rank {f[0]}; "
+                      f"the forward of stage {s} needs the output of stage {s - 1}", [f])
+            if same_next:
+                nxt = at(B, s + 1, mb) or at(I, s + 1, mb)
+                if nxt is not None and nxt[1] > back[1]:
+                    _fail(schedule, f"{name}: the backward of stage {s} runs before the backward of stage {s + 1} "
+                          f"on rank {back[0]}; it needs the input gradient of stage {s + 1}", [back])
+    if lowered:
+        _check_comms(schedule, where, stage_rank, n_stages, n_microbatches)
+    ranks = sorted(schedule)
+    return ScheduleShape(len(ranks), n_stages, n_microbatches, stage_rank, lowered)
+
+
+# (send kind, receive kind, peer stage offset, producing kinds, consuming kinds)
+_EDGES = ((SEND_F, RECV_F, +1, (F,), (F,)), (SEND_B, RECV_B, -1, (B, I), (B, I)))
+
+
+def _check_comms(schedule, where, stage_rank, n_stages, n_microbatches) -> None:
+    for kind, s, mb in [key for key in where if key[0] in COMM_KINDS]:
+        peer = s + (1 if kind in (SEND_F, RECV_B) else -1)
+        if not 0 <= peer < n_stages or stage_rank[peer] == stage_rank[s]:
+            why = "does not exist" if not 0 <= peer < n_stages else "is on the same rank"
+            _fail(schedule, f"{Action(s, kind, mb)} has no peer on another rank (stage {peer} {why}); remove it",
+                  [where[(kind, s, mb)]])
+    for src in range(n_stages):
+        for send, recv, offset, produce, consume in _EDGES:
+            dst = src + offset
+            if not 0 <= dst < n_stages or stage_rank[src] == stage_rank[dst]:
+                continue
+            for mb in range(n_microbatches):
+                tx, rx = where.get((send, src, mb)), where.get((recv, dst, mb))
+                if tx is None or rx is None:
+                    missing = Action(src, send, mb) if tx is None else Action(dst, recv, mb)
+                    _fail(schedule, f"{missing} is missing: stage {src} (rank {stage_rank[src]}) feeds stage {dst} "
+                          f"(rank {stage_rank[dst]}) for microbatch {mb}; lower the compute-only schedule with "
+                          "add_send_recv", [p for p in (tx, rx) if p])
+                made = next(where[(k, src, mb)] for k in produce if (k, src, mb) in where)
+                used = next(where[(k, dst, mb)] for k in consume if (k, dst, mb) in where)
+                if tx[1] < made[1]:
+                    _fail(schedule, f"{Action(src, send, mb)} (rank {tx[0]} step {tx[1]}) runs before the compute "
+                          "that produces what it sends; move the send after it", [tx])
+                if rx[1] > used[1]:
+                    _fail(schedule, f"{Action(dst, recv, mb)} (rank {rx[0]} step {rx[1]}) runs after the compute "
+                          "that needs it; move the receive before it", [rx])
+
+
+def validate_schedule(schedule: Mapping[int, Sequence[Optional[Action]]], n_stages: Optional[int] = None,
+                      n_microbatches: Optional[int] = None, *, stage_to_rank: Optional[Mapping[int, int]] = None,
+                      check_progress: bool = True) -> ScheduleShape:
+    """Raise :class:`ScheduleError` unless ``schedule`` is a correct pipeline schedule.
+
+    ``n_stages``/``n_microbatches`` default to what the schedule uses. ``stage_to_rank``, if
+    given, is the placement the schedule must follow. With ``check_progress`` (default) the
+    schedule is also simulated with unit costs to prove it cannot deadlock, sends being
+    blocking rendezvous. Returns the :class:`ScheduleShape` it found.
+    """
+    shape = check_structure(schedule, n_stages, n_microbatches)
+    if stage_to_rank is not None:
+        for stage, rank in sorted(shape.stage_to_rank.items()):
+            if stage_to_rank.get(stage) != rank:
+                raise ScheduleError(f"stage {stage} runs on rank {rank} but the placement puts it on rank "
+                                    f"{stage_to_rank.get(stage)}; regenerate the schedule for this placement")
+    if check_progress:
+        from paddle_ext.passes.simulate import Costs, run_simulation  # simulate imports this module
+
+        run_simulation(schedule, shape, Costs())
+    return shape
