@@ -1,0 +1,112 @@
+"""Lowering: add the point-to-point communication a compute-only schedule needs.
+
+:func:`add_send_recv` turns ``{rank: [compute actions]}`` into ``{rank: [compute and SEND/RECV
+actions]}``: one ``SEND_F``/``RECV_F`` pair for every forward edge between stages on different
+ranks, one ``SEND_B``/``RECV_B`` pair for every backward edge. It is deadlock-free by
+construction even when a send blocks until its receive is posted (gloo):
+
+1. Simulate the compute-only schedule (unit costs by default) to get each action's start and end.
+2. Give each pair a meeting time ``t`` between the end of the producing action (time ``e``) and the
+   start of the consuming one (``c``): the first time in ``[e, c]`` at which neither rank is in the
+   middle of an action, or ``e`` if there is none.
+3. On each rank, put a communication action before the first compute action that starts at or
+   after its meeting time, and order communication actions that land together by the global key
+   ``(meeting time, direction, stage, microbatch)``.
+
+Why it cannot deadlock: a send comes after its producer and a receive before its consumer (costs
+are positive, so ``start(producer) < e <= t <= c``), hence compute never waits on anything but
+earlier actions of its own rank. Every rank meets its pairs in increasing key order, so among the
+blocked pairs the one with the smallest key has both sides posted: it completes. When the meeting
+time is a common gap (step 2), the lowered schedule runs exactly as fast as the compute-only one.
+
+>>> from paddle_ext.passes.schedule_ir import format_schedule, parse_schedule
+>>> lowered = add_send_recv(parse_schedule("rank 0: 0F0 0F1 0B0 0B1\\nrank 1: 1F0 1B0 1F1 1B1"))
+>>> print(format_schedule(lowered))
+rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1
+rank 1: 1RECV_F0 1F0 1RECV_F1 1B0 1SEND_B0 1F1 1B1 1SEND_B1
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from paddle_ext.errors import ScheduleError
+from paddle_ext.passes.schedule_ir import Action, Kind, Schedule
+from paddle_ext.passes.simulate import Costs, _coerce_costs, run_simulation
+from paddle_ext.passes.validate import check_structure
+
+__all__ = ["add_send_recv"]
+
+
+def _first_common_gap(starts_a, ends_a, starts_b, ends_b, earliest: float, latest: float) -> float:
+    """Smallest t in [earliest, latest] where neither rank is inside an action; else ``earliest``."""
+    t = earliest
+    while t <= latest:
+        moved = False
+        for starts, ends in ((starts_a, ends_a), (starts_b, ends_b)):
+            j = bisect_right(starts, t) - 1  # last action starting at or before t
+            if j >= 0 and starts[j] < t < ends[j]:
+                t, moved = ends[j], True
+        if not moved:
+            return t
+    return earliest
+
+
+def add_send_recv(schedule: Mapping[int, Sequence[Optional[Action]]],
+                  costs: Union[Costs, Mapping, None] = None, comm_latency: float = 0.0) -> Schedule:
+    """Return ``schedule`` with SEND/RECV actions added (idle slots dropped); see the module doc.
+
+    ``costs`` and ``comm_latency`` only steer where the pairs go (they must be positive costs);
+    the result is deadlock-free whatever the real costs are.
+    """
+    shape = check_structure(schedule)
+    if shape.lowered:
+        raise ScheduleError("the schedule already has SEND/RECV actions; lower the compute-only schedule "
+                            "(paddle_ext.passes.compute_only(schedule) strips them)")
+    costs = _coerce_costs(costs)
+    if min(costs.forward, costs.backward_input, costs.backward_weight, costs.backward) <= 0:
+        raise ScheduleError(f"add_send_recv orders communication by simulated time and needs costs > 0, got {costs}")
+    timing = run_simulation(schedule, shape, costs, comm_latency)
+    n_mb, n_stages = shape.n_microbatches, shape.n_stages
+    rank_index = {rank: i for i, rank in enumerate(timing.ranks)}
+    srank = [rank_index[shape.stage_to_rank[s]] for s in range(n_stages)]
+    start_of: Dict[Tuple[int, int], float] = {}  # (stage, mb) -> start of its F; backward below
+    back_start: Dict[Tuple[int, int], float] = {}
+    for i in range(len(timing.ranks)):
+        for a, start, _ in timing.timed(i):
+            if a.kind is Kind.F:
+                start_of[(a.stage, a.microbatch)] = start
+            elif a.kind is Kind.B or a.kind is Kind.I:
+                back_start[(a.stage, a.microbatch)] = start
+
+    comms: List[List[Tuple[tuple, Action]]] = [[] for _ in timing.ranks]
+    for i in range(len(timing.ranks)):
+        for a, _, end in timing.timed(i):
+            s, mb = a.stage, a.microbatch
+            if a.kind is Kind.F and s + 1 < n_stages and srank[s + 1] != i:
+                peer, consumer_start, direction = srank[s + 1], start_of[(s + 1, mb)], 0
+                send, recv = Action(s, Kind.SEND_F, mb), Action(s + 1, Kind.RECV_F, mb)
+            elif a.kind in (Kind.B, Kind.I) and s > 0 and srank[s - 1] != i:
+                peer, consumer_start, direction = srank[s - 1], back_start[(s - 1, mb)], 1
+                send, recv = Action(s, Kind.SEND_B, mb), Action(s - 1, Kind.RECV_B, mb)
+            else:
+                continue
+            meet = _first_common_gap(timing.starts[i], timing.ends[i], timing.starts[peer], timing.ends[peer],
+                                     end, consumer_start)
+            key = (meet, direction, s, mb)
+            comms[i].append((key, send))
+            comms[peer].append((key, recv))
+
+    lowered: Schedule = {}
+    for i, rank in enumerate(timing.ranks):
+        starts, actions = timing.starts[i], timing.actions[i]
+        out: List[Optional[Action]] = []
+        done = 0
+        for key, comm in sorted(comms[i], key=lambda item: item[0]):
+            slot = bisect_left(starts, key[0])  # compute actions starting before the meeting time
+            out.extend(actions[done:slot])
+            done = max(done, slot)
+            out.append(comm)
+        out.extend(actions[done:])
+        lowered[rank] = out
+    return lowered
