@@ -1,0 +1,31 @@
+"""Pipeline schedules as data (pure Python, no Paddle import).
+
+* :mod:`.schedule_ir` -- ``Action(stage, kind, microbatch)`` ("2F0"), schedules as
+  ``{rank: [Action | None]}``, text grid, CSV in torch.distributed.pipelining's layout.
+* :mod:`.schedules` -- one generator per file: FThenB/GPipe, 1F1B, VPP/Interleaved1F1B,
+  LoopedBFS, ZBH1, ZBH2, ZBV, DualPipeV, InterleavedZB; ``get_schedule_generator(name)``.
+* :mod:`.stage_placement` -- stage -> rank for the ``loop`` and ``v`` placements.
+* :mod:`.lowering` -- ``add_send_recv``: SEND/RECV pairs, deadlock-free with blocking sends.
+* :mod:`.validate` / :mod:`.simulate` -- ``validate_schedule``, ``simulate_schedule``.
+* :mod:`.render` -- ASCII timeline, Chrome trace, matplotlib figure (imported lazily).
+"""
+from paddle_ext.passes.lowering import add_send_recv
+from paddle_ext.passes.render import chrome_trace, draw_timeline, format_timeline, write_chrome_trace
+from paddle_ext.passes.schedule_ir import (COMM_KINDS, COMPUTE_KINDS, Action, Kind, Schedule, compute_only,
+                                           dump_csv, format_grid, format_schedule, load_csv, parse_action,
+                                           parse_schedule, schedule_from_csv, schedule_to_csv)
+from paddle_ext.passes.schedules import (SCHEDULES, ScheduleInfo, generate_schedule, get_schedule_generator,
+                                         get_schedule_info, schedule_names)
+from paddle_ext.passes.simulate import Costs, SimulationResult, simulate_schedule
+from paddle_ext.passes.stage_placement import (loop_stage_to_rank, stage_to_rank, stage_to_rank_map,
+                                               stages_on_rank, v_stage_to_rank)
+from paddle_ext.passes.validate import ScheduleShape, validate_schedule
+
+__all__ = [
+    "Action", "Kind", "Schedule", "COMPUTE_KINDS", "COMM_KINDS", "parse_action", "compute_only", "format_grid",
+    "format_schedule", "parse_schedule", "schedule_to_csv", "schedule_from_csv", "dump_csv", "load_csv",
+    "SCHEDULES", "ScheduleInfo", "generate_schedule", "get_schedule_generator", "get_schedule_info",
+    "schedule_names", "loop_stage_to_rank", "v_stage_to_rank", "stage_to_rank", "stages_on_rank",
+    "stage_to_rank_map", "add_send_recv", "validate_schedule", "ScheduleShape", "simulate_schedule", "Costs",
+    "SimulationResult", "format_timeline", "chrome_trace", "write_chrome_trace", "draw_timeline",
+]

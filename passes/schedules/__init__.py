@@ -1,0 +1,94 @@
+"""Schedule generators by name: pure functions ``(n_ranks, n_microbatches, n_chunks) -> schedule``.
+
+Every generator returns ``{rank: [Action, ...]}`` with compute actions only (F, B, I, W), checks
+its own constraints (raising :class:`~paddle_ext.errors.ScheduleError` with the fix) and has one
+file in this package. Names are case-insensitive; Paddle's names are kept, torch's are aliases.
+
+>>> get_schedule_generator("gpipe") is get_schedule_generator("FThenB")
+True
+>>> get_schedule_info("interleaved1f1b").name, get_schedule_info("zbv").placement
+('VPP', 'v')
+>>> get_schedule_generator("ZB-H3")
+Traceback (most recent call last):
+...
+paddle_ext.errors.ScheduleError: unknown schedule 'ZB-H3' (did you mean ZBH2, ZBH1?); known schedules: FThenB (alias GPipe), 1F1B, VPP (alias Interleaved1F1B), LoopedBFS, ZBH1, ZBH2, ZBV (alias ZBVZeroBubble), DualPipeV, InterleavedZB (alias InterleavedZeroBubble); names are case-insensitive
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Tuple
+
+from paddle_ext.errors import ScheduleError
+from paddle_ext.passes.schedule_ir import Schedule
+from paddle_ext.passes.schedules.dualpipe_v import dualpipe_v
+from paddle_ext.passes.schedules.fthenb import fthenb
+from paddle_ext.passes.schedules.interleaved_1f1b import interleaved_1f1b
+from paddle_ext.passes.schedules.interleaved_zb import interleaved_zb
+from paddle_ext.passes.schedules.looped_bfs import looped_bfs
+from paddle_ext.passes.schedules.one_f_one_b import one_f_one_b
+from paddle_ext.passes.schedules.zb_h1 import zb_h1
+from paddle_ext.passes.schedules.zb_h2 import zb_h2
+from paddle_ext.passes.schedules.zb_v import zb_v
+
+__all__ = ["ScheduleInfo", "SCHEDULES", "get_schedule_info", "get_schedule_generator", "generate_schedule",
+           "schedule_names"] + ["fthenb", "one_f_one_b", "interleaved_1f1b", "looped_bfs", "zb_h1", "zb_h2",
+                                "zb_v", "dualpipe_v", "interleaved_zb"]
+
+Generator = Callable[[int, int, int], Schedule]
+
+
+@dataclass(frozen=True)
+class ScheduleInfo:
+    """A generator and what a caller needs to know about it."""
+
+    name: str
+    generate: Generator
+    placement: str  # "loop" (stage s on rank s % p) or "v"
+    default_chunks: int  # stages per rank when not given
+    aliases: Tuple[str, ...] = ()
+    summary: str = ""
+
+
+SCHEDULES: Dict[str, ScheduleInfo] = {info.name: info for info in (
+    ScheduleInfo("FThenB", fthenb, "loop", 1, ("GPipe",), "all forwards, then all backwards"),
+    ScheduleInfo("1F1B", one_f_one_b, "loop", 1, (), "warm-up forwards, then one forward one backward"),
+    ScheduleInfo("VPP", interleaved_1f1b, "loop", 2, ("Interleaved1F1B",), "1F1B over v interleaved chunks"),
+    ScheduleInfo("LoopedBFS", looped_bfs, "loop", 2, (), "breadth-first over v looped chunks"),
+    ScheduleInfo("ZBH1", zb_h1, "loop", 1, (), "split backward, W deferred, 1F1B memory"),
+    ScheduleInfo("ZBH2", zb_h2, "loop", 1, (), "split backward, more warm-up, 2x 1F1B memory"),
+    ScheduleInfo("ZBV", zb_v, "v", 2, ("ZBVZeroBubble",), "zero bubble on a V placement, 1F1B memory"),
+    ScheduleInfo("DualPipeV", dualpipe_v, "v", 2, (), "DeepSeek's DualPipeV order (F&B pairs run in sequence)"),
+    ScheduleInfo("InterleavedZB", interleaved_zb, "loop", 2, ("InterleavedZeroBubble",),
+                 "interleaved 1F1B with split backward, W deferred"),
+)}
+_BY_LOWER_NAME = {name.lower(): info for info in SCHEDULES.values() for name in (info.name,) + info.aliases}
+
+
+def schedule_names() -> Tuple[str, ...]:
+    """Canonical names, in the order above."""
+    return tuple(SCHEDULES)
+
+
+def get_schedule_info(name: str) -> ScheduleInfo:
+    """The :class:`ScheduleInfo` of ``name`` (case-insensitive, aliases accepted)."""
+    info = _BY_LOWER_NAME.get(str(name).lower())
+    if info is None:
+        close = difflib.get_close_matches(str(name).lower(), list(_BY_LOWER_NAME), n=3, cutoff=0.6)
+        suggestions = list(dict.fromkeys(_BY_LOWER_NAME[c].name for c in close))
+        hint = f" (did you mean {', '.join(suggestions)}?)" if close else ""
+        known = ", ".join(i.name + (f" (alias {', '.join(i.aliases)})" if i.aliases else "") for i in SCHEDULES.values())
+        raise ScheduleError(f"unknown schedule {name!r}{hint}; known schedules: {known}; names are case-insensitive")
+    return info
+
+
+def get_schedule_generator(name: str) -> Generator:
+    """The generator function of ``name``."""
+    return get_schedule_info(name).generate
+
+
+def generate_schedule(name: str, n_ranks: int, n_microbatches: int, n_chunks: Optional[int] = None) -> Schedule:
+    """``get_schedule_generator(name)(n_ranks, n_microbatches, n_chunks)``; ``n_chunks`` defaults
+    to the schedule's own (1 for single-stage schedules, 2 for VPP, LoopedBFS, ZBV, DualPipeV...)."""
+    info = get_schedule_info(name)
+    return info.generate(n_ranks, n_microbatches, info.default_chunks if n_chunks is None else n_chunks)
