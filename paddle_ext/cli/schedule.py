@@ -1,0 +1,153 @@
+"""``paddle-ext schedule``: generate, check, simulate and draw a pipeline schedule.
+
+    paddle-ext schedule NAME --stages P --microbatches M [--chunks V] [--costs F,B,W]
+                        [--latency L] [--lowered] [--json] [--csv FILE] [--out FILE.png|.svg]
+                        [--trace FILE.json]
+    paddle-ext schedule --compare 1F1B,ZBH1,ZBV -P 4 -M 8
+
+``--stages`` is the number of pipeline ranks ``p`` (Paddle's ``pp_degree``); ``--chunks`` is
+stages per rank ``v`` (default: the schedule's own, 2 for VPP, LoopedBFS, ZBV, DualPipeV,
+InterleavedZB), so the model is cut into ``p * v`` stages. ``--costs F,B,W`` are the times of a
+forward, of a backward for inputs (``I``; a full ``B`` costs ``B + W``) and of a backward for
+weights, per stage; the default ``1,1,1`` is the zero-bubble paper's equal-cost case.
+Everything runs in pure Python; no Paddle is imported.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..errors import ScheduleError
+
+_MAX_TIMELINE_CELLS = 240  # wider timelines are not printed; use --out or --trace
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "schedule", help="generate, validate, simulate and draw a pipeline schedule",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("name", nargs="?", help="schedule name (case-insensitive): FThenB/GPipe, 1F1B, "
+                        "VPP/Interleaved1F1B, LoopedBFS, ZBH1, ZBH2, ZBV, DualPipeV, InterleavedZB")
+    parser.add_argument("-P", "--stages", type=int, required=True, help="pipeline ranks p (Paddle's pp_degree)")
+    parser.add_argument("-M", "--microbatches", type=int, required=True, help="microbatches m per step")
+    parser.add_argument("-V", "--chunks", type=int, default=None, help="stages per rank v (default: the schedule's)")
+    parser.add_argument("--costs", default="1,1,1", help="F,B,W times; B is the backward for inputs (I), a full "
+                        "backward costs B+W (default 1,1,1)")
+    parser.add_argument("--latency", type=float, default=0.0, help="point-to-point latency in cost units (default 0)")
+    parser.add_argument("--lowered", action="store_true", help="add SEND/RECV (add_send_recv) and simulate them "
+                        "as blocking rendezvous, as with gloo")
+    parser.add_argument("--compare", metavar="A,B,...", help="print a comparison table of these schedules")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("--csv", metavar="FILE", help="write the schedule as CSV (torch.distributed.pipelining layout)")
+    parser.add_argument("--out", metavar="FILE", help="draw the timeline to FILE (.png, .svg or .pdf; needs matplotlib)")
+    parser.add_argument("--trace", metavar="FILE", help="write a Chrome trace (chrome://tracing, Perfetto) to FILE")
+    parser.set_defaults(func=run)
+
+
+def _build(name, args, costs):
+    """(info, v, schedule, result) for one schedule name."""
+    from ..passes import add_send_recv, get_schedule_info, simulate_schedule
+
+    info = get_schedule_info(name)
+    chunks = info.default_chunks if args.chunks is None else args.chunks
+    schedule = info.generate(args.stages, args.microbatches, chunks)
+    if args.lowered:
+        schedule = add_send_recv(schedule)
+    result = simulate_schedule(schedule, costs=costs, comm_latency=args.latency)
+    return info, chunks, schedule, result
+
+
+def _figures(info, chunks, args, result, costs) -> dict:
+    return {
+        "name": info.name, "stages": args.stages, "chunks": chunks, "total_stages": args.stages * chunks,
+        "placement": info.placement, "microbatches": args.microbatches,
+        "costs": {"F": costs.forward, "I": costs.backward_input, "W": costs.backward_weight, "B": costs.backward},
+        "comm_latency": args.latency, "lowered": bool(args.lowered),
+        "makespan": result.makespan, "ideal": result.ideal, "bubble_ratio": result.bubble_ratio,
+        "bubble_vs_ideal": result.bubble_vs_ideal, "steady_bubble_vs_ideal": result.steady_bubble_vs_ideal,
+        "peak_activations": list(result.peak_activations),
+        "peak_activations_full_microbatch": [n / chunks for n in result.peak_activations],
+    }
+
+
+def run(args) -> int:
+    from ..passes import Costs
+
+    costs = Costs.parse(args.costs)
+    if args.compare:
+        return _compare(args, costs)
+    if not args.name:
+        raise ScheduleError("give a schedule NAME (e.g. `paddle-ext schedule 1F1B -P 4 -M 8`) or --compare A,B,...")
+    info, chunks, schedule, result = _build(args.name, args, costs)
+    figures = _figures(info, chunks, args, result, costs)
+    _write_files(args, schedule, result, info)
+    if args.json:
+        figures["actions"] = {str(rank): [str(a) for a in result.actions[i] if a.is_compute]
+                              for i, rank in enumerate(result.ranks)}
+        print(json.dumps(figures, indent=1))
+        return 0
+    from ..passes import format_timeline
+
+    print(f"{info.name}: {args.stages} ranks x {chunks} chunk(s) = {args.stages * chunks} stages "
+          f"({info.placement} placement), {args.microbatches} microbatches, costs F={costs.forward:g} "
+          f"I={costs.backward_input:g} W={costs.backward_weight:g} B={costs.backward:g}"
+          + (", lowered (blocking SEND/RECV)" if args.lowered else ""))
+    if result.makespan / min(costs.forward, costs.backward_input, costs.backward_weight) <= _MAX_TIMELINE_CELLS:
+        print(format_timeline(result, unit=min(costs.forward, costs.backward_input, costs.backward_weight)))
+    else:
+        print(f"(timeline {result.makespan:g} units wide, not printed; use --out FILE.png or --trace FILE.json)")
+    print(f"makespan {result.makespan:g} (ideal {result.ideal:g}); bubble {result.bubble_vs_ideal:.2%} of ideal, "
+          f"{result.steady_bubble_vs_ideal:.2%} with overlapped iterations; idle fraction {result.bubble_ratio:.2%}")
+    print(f"peak activations per rank (stage activations): {list(result.peak_activations)}")
+    return 0
+
+
+def _write_files(args, schedule, result, info) -> None:
+    from ..passes import draw_timeline, dump_csv, write_chrome_trace
+
+    if args.csv:
+        dump_csv(schedule, args.csv)
+        print(f"wrote {args.csv}", file=sys.stderr)
+    if args.trace:
+        write_chrome_trace(result, args.trace)
+        print(f"wrote {args.trace}", file=sys.stderr)
+    if args.out:
+        title = f"{info.name}, p={args.stages}, m={args.microbatches}"
+        draw_timeline(result, args.out, title=title)
+        print(f"wrote {args.out}", file=sys.stderr)
+
+
+def _compare(args, costs) -> int:
+    if args.name or args.csv or args.out or args.trace:
+        raise ScheduleError("--compare takes no NAME, --csv, --out or --trace; run one schedule at a time for files")
+    rows = []
+    for name in [n.strip() for n in args.compare.split(",") if n.strip()]:
+        try:
+            info, chunks, _, result = _build(name, args, costs)
+        except ScheduleError as exc:
+            if "unknown schedule" in str(exc):
+                raise
+            rows.append({"name": name, "error": str(exc)})
+            continue
+        rows.append(_figures(info, chunks, args, result, costs))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    header = ("schedule", "v", "makespan", "bubble/ideal", "steady", "idle", "peak act", "peak (full mb)")
+    table, errors = [header], []
+    for row in rows:
+        if "error" in row:
+            errors.append(f"{row['name']}: n/a, {row['error'].split(': ', 1)[-1]}")
+            continue
+        peak = max(row["peak_activations"])
+        table.append((row["name"], str(row["chunks"]), f"{row['makespan']:g}", f"{row['bubble_vs_ideal']:.2%}",
+                      f"{row['steady_bubble_vs_ideal']:.2%}", f"{row['bubble_ratio']:.2%}", str(peak),
+                      f"{peak / row['chunks']:g}"))
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    print(f"p={args.stages} ranks, m={args.microbatches} microbatches, costs F,B,W={args.costs}")
+    for r in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+    for line in errors:
+        print(line)
+    return 0
