@@ -1,0 +1,129 @@
+"""Rank functions for the dygraph pipeline tests (run through paddle_ext.testing.run_ranks).
+
+Every rank builds the whole model with a fixed seed, so it can compute the single-process
+reference itself (sum of the microbatch losses, one backward) and compare the gradients of the
+stages it holds. Each function loops over many configurations in one launch.
+"""
+import numpy as np
+
+H = 16
+
+
+def _models():
+    import paddle
+    import paddle.nn as nn
+
+    class MLPBlock(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(H, H)
+
+        def forward(self, x):
+            return paddle.tanh(self.fc(x))
+
+    class Block(nn.Layer):
+        """Pre-LN transformer block: attention (4 Linears) and a GELU MLP."""
+
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(H), nn.LayerNorm(H)
+            self.attn = nn.MultiHeadAttention(H, 2)
+            self.fc1, self.fc2 = nn.Linear(H, 2 * H), nn.Linear(2 * H, H)
+
+        def forward(self, x):
+            h = self.ln1(x)
+            x = x + self.attn(h, h, h)
+            return x + self.fc2(nn.functional.gelu(self.fc1(self.ln2(x))))
+
+    return {"mlp": (MLPBlock, [None, H]), "transformer": (Block, [None, 4, H])}
+
+
+def _data(shape, batch, seed):
+    import paddle
+
+    rng = np.random.default_rng(seed)
+    full = [batch] + shape[1:]
+    return (paddle.to_tensor(rng.standard_normal(full).astype("float32")),
+            paddle.to_tensor(rng.standard_normal(full).astype("float32")))
+
+
+def _rel(a, b) -> float:
+    a, b = np.asarray(a, dtype="float64"), np.asarray(b, dtype="float64")
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-6))
+
+
+def _reference(blocks, x, y, m, loss_fn):
+    """Per-microbatch losses and the gradients of the sum (single process)."""
+    import paddle
+
+    losses = []
+    for xs, ys in zip(paddle.split(x, m), paddle.split(y, m)):
+        h = xs
+        for b in blocks:
+            h = b(h)
+        losses.append(loss_fn(h, ys))
+    paddle.add_n(losses).backward()
+    return [float(v) for v in losses]
+
+
+def run_grid(configs, steps=2, lr=0.1):
+    """For each (schedule, model, n_microbatches, n_chunks): run ``steps`` training steps through
+    the pipeline and the reference; return max relative errors (or the setup error)."""
+    import paddle
+    import paddle.distributed as dist
+    import paddle.nn.functional as F
+
+    from paddle_ext.errors import ScheduleError
+    from paddle_ext.passes.runtime import build_stages, get_schedule, split_model
+
+    rank, p = dist.get_rank(), dist.get_world_size()
+    kinds = _models()
+    out = []
+    for name, model_kind, m, v in configs:
+        block_cls, shape = kinds[model_kind]
+        n_stages = p * v
+        paddle.seed(7)
+        ref_blocks = [block_cls() for _ in range(n_stages)]
+        paddle.seed(7)
+        pipe_blocks = [block_cls() for _ in range(n_stages)]
+        result = {"config": (name, model_kind, m, v), "rank": rank}
+        try:
+            stages = build_stages(split_model(pipe_blocks, n_stages), name, rank, p, n_chunks=v)
+            sched = get_schedule(name)(stages, m, loss_fn=F.mse_loss)
+        except ScheduleError as exc:
+            result["setup_error"] = str(exc)
+            out.append(result)
+            continue
+        mine = sorted(s.stage_index for s in stages)
+        ref_params = [q for i in mine for q in ref_blocks[i].parameters()]
+        pipe_params = [q for s in stages for q in s.sublayer.parameters()]
+        pipe_params = [q for i in mine for q in pipe_blocks[i].parameters()]
+        ref_opt = paddle.optimizer.SGD(lr, parameters=[q for b in ref_blocks for q in b.parameters()])
+        pipe_opt = paddle.optimizer.SGD(lr, parameters=pipe_params)
+        errs = {"loss": 0.0, "grad": 0.0, "param": 0.0}
+        for step in range(steps):
+            x, y = _data(shape, 2 * m, seed=100 + step)
+            ref_losses = _reference(ref_blocks, x, y, m, F.mse_loss)
+            losses = []
+            if 0 in mine and n_stages - 1 in mine:
+                sched.step(x, target=y, losses=losses)
+            elif 0 in mine:
+                sched.step(x)
+            elif n_stages - 1 in mine:
+                sched.step(target=y, losses=losses)
+            else:
+                sched.step()
+            if losses:
+                errs["loss"] = max(errs["loss"], _rel([float(v) for v in losses], ref_losses))
+            for a, b in zip(pipe_params, ref_params):
+                errs["grad"] = max(errs["grad"], _rel(a.grad.numpy(), b.grad.numpy()))
+            ref_opt.step()
+            ref_opt.clear_grad()
+            pipe_opt.step()
+            pipe_opt.clear_grad()
+            for a, b in zip(pipe_params, ref_params):
+                errs["param"] = max(errs["param"], _rel(a.numpy(), b.numpy()))
+        result.update(errs)
+        result["n_losses"] = len(losses)
+        out.append(result)
+    return out
