@@ -13,6 +13,10 @@ restores Paddle's original. Nothing is patched at import time.
   second rendezvous fails with AlreadyExists or times out.
 * ``static-gloo-barrier`` -- the Engine's eager ring-0 ``barrier`` has a CPU kernel that cannot find
   its comm context ("NCCLCommContext is nullptr"); on CPU it goes through ``dist.barrier()``.
+* ``checkpoint-cpu-load`` -- ``dist.load_state_dict`` moves every tensor it reshards to the GPU with
+  ``Tensor.cuda()`` ("ValueError: No available device found." on CPU builds); on CPU the load
+  runs with ``cuda()`` keeping tensors where they are, so a checkpoint saved under one plan loads
+  under another (the data moves by gloo broadcasts).
 """
 from __future__ import annotations
 
@@ -141,6 +145,33 @@ def _barrier_apply():
     return [(legacy, "barrier", original)]
 
 
+def _checkpoint_apply():
+    import paddle
+    import paddle.distributed as dist
+    from paddle.distributed.flex_checkpoint.dcp import load_state_dict as dcp_load
+
+    original = dcp_load.load_state_dict
+
+    def load_state_dict(*args, **kwargs):
+        cuda = paddle.Tensor.cuda
+        paddle.Tensor.cuda = _stay_on_cpu
+        try:
+            return original(*args, **kwargs)
+        finally:
+            paddle.Tensor.cuda = cuda
+
+    load_state_dict.__doc__ = original.__doc__
+    load_state_dict.__wrapped__ = original
+    dcp_load.load_state_dict = load_state_dict
+    dist.load_state_dict = load_state_dict
+    return [(dcp_load, "load_state_dict", original), (dist, "load_state_dict", original)]
+
+
+def _stay_on_cpu(tensor, *args, **kwargs):
+    """``Tensor.cuda`` during a checkpoint load on a CPU build: the tensor stays on the CPU."""
+    return tensor
+
+
 FIXES: dict[str, Fix] = {
     f.name: f for f in (
         Fix("numpy-mesh-rank",
@@ -152,6 +183,9 @@ FIXES: dict[str, Fix] = {
         Fix("static-gloo-barrier",
             "static Engine's eager ring-0 barrier goes through dist.barrier() on CPU",
             _cpu_only, _barrier_apply),
+        Fix("checkpoint-cpu-load",
+            "dist.load_state_dict reshards on CPU instead of calling Tensor.cuda()",
+            _cpu_only, _checkpoint_apply),
     )
 }
 

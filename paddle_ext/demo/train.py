@@ -99,6 +99,42 @@ def _optimizer(model, plan: Plan, mesh, lr: float):
     return dist.shard_optimizer(opt)
 
 
+@dataclass
+class Parallel:
+    """A GPT laid out on a mesh under a plan, with its optimizer: one ``train_step`` per batch."""
+
+    plan: Plan
+    mesh: object
+    model: object
+    optimizer: object
+
+    def shard_batch(self, array):
+        import paddle
+        import paddle.distributed as dist
+
+        return dist.shard_tensor(paddle.to_tensor(array), self.mesh, _placements(self.plan, dp=dist.Shard(0)))
+
+    def train_step(self, x, y) -> float:
+        """Forward, backward and optimizer step on one global batch; returns the global mean loss."""
+        import paddle.distributed as dist
+
+        loss = lm_loss(self.model(self.shard_batch(x)), self.shard_batch(y))
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.clear_grad()
+        return float(np.asarray(dist.reshard(loss, self.mesh, _placements(self.plan)).numpy()).reshape(-1)[0])
+
+
+def setup_parallel(plan: Plan, mcfg: GPTConfig, seed: int, lr: float) -> Parallel:
+    """Build the GPT from ``seed``, shard it for ``plan`` on a mesh of all ranks, wrap the optimizer."""
+    import paddle.distributed as dist
+
+    mesh = dist.ProcessMesh(np.arange(plan.world_size).reshape(plan.mesh_shape).tolist(),
+                            dim_names=list(plan.mesh_dims))
+    model = _shard_model(build_model(mcfg, seed), plan, mesh)
+    return Parallel(plan, mesh, model, _optimizer(model, plan, mesh, lr))
+
+
 def _peak_memory_bytes() -> int:
     import paddle
 
@@ -115,7 +151,6 @@ def _report(progress_file, record):
 
 def train_rank(run: dict, model_cfg: dict | None = None) -> dict:
     """Run on every rank: build, shard, train ``steps`` steps; return losses, memory, bytes."""
-    import paddle
     import paddle.distributed as dist
 
     from .comm_stats import count_collectives
@@ -129,23 +164,13 @@ def train_rank(run: dict, model_cfg: dict | None = None) -> dict:
         from .pipeline import train_pipeline_rank
 
         return train_pipeline_rank(cfg, mcfg, plan)
-    mesh = dist.ProcessMesh(np.arange(plan.world_size).reshape(plan.mesh_shape).tolist(),
-                            dim_names=list(plan.mesh_dims))
-    model = _shard_model(build_model(mcfg, cfg.seed), plan, mesh)
-    opt = _optimizer(model, plan, mesh, cfg.lr)
-    data_placements = _placements(plan, dp=dist.Shard(0))
+    parallel = setup_parallel(plan, mcfg, cfg.seed, cfg.lr)
     losses = []
     rank = dist.get_rank()
     start = time.perf_counter()
     with count_collectives() as stats:
         for step, (x, y) in enumerate(make_batches(cfg.steps, cfg.batch, mcfg.seq_len, mcfg.vocab, cfg.seed)):
-            ids = dist.shard_tensor(paddle.to_tensor(x), mesh, data_placements)
-            targets = dist.shard_tensor(paddle.to_tensor(y), mesh, data_placements)
-            loss = lm_loss(model(ids), targets)
-            loss.backward()
-            opt.step()
-            opt.clear_grad()
-            value = float(np.asarray(dist.reshard(loss, mesh, _placements(plan)).numpy()).reshape(-1)[0])
+            value = parallel.train_step(x, y)
             losses.append(value)
             if rank == 0:
                 _report(cfg.progress_file, {"step": step, "loss": value, "elapsed": time.perf_counter() - start})

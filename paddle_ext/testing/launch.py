@@ -34,6 +34,7 @@ from ..errors import HarnessError
 WORKER = Path(__file__).with_name("_worker.py")
 TAG_ENV = "PADDLE_EXT_HARNESS_TAG"
 GRACE_SECONDS = 2.0  # after one rank fails, how long the others get to report their own error
+_LAUNCHED_TAGS: list[str] = []  # every run started from this process, for leftover checks
 
 
 @dataclass
@@ -89,6 +90,11 @@ def tagged_processes(tag: str) -> list[int]:
     return found
 
 
+def leftover_processes() -> list[int]:
+    """Live processes of any run this process started (should be empty between runs)."""
+    return [pid for tag in _LAUNCHED_TAGS for pid in tagged_processes(tag)]
+
+
 def _reap(tag: str, timeout: float = 5.0) -> list[int]:
     """Kill any process still carrying ``tag`` (ranks that escaped the group); returns leftovers."""
     deadline = time.monotonic() + timeout
@@ -137,6 +143,7 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
                      "sys_path": _abs_sys_path(), "install": install,
                      "results": str(results_dir)}, f)
     tag = uuid.uuid4().hex
+    _LAUNCHED_TAGS.append(tag)
     child_env = dict(os.environ)
     child_env.update(env or {})
     child_env[TAG_ENV] = tag

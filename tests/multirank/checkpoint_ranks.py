@@ -1,0 +1,70 @@
+"""Rank functions for checkpoints across plans: save under one plan, load under another."""
+import os
+
+import numpy as np
+
+from paddle_ext.demo.data import make_batches
+from paddle_ext.demo.model import GPTConfig
+from paddle_ext.demo.plans import parse_plan
+from paddle_ext.demo.train import setup_parallel
+
+CFG = GPTConfig()
+LR = 1e-2
+
+
+def _full(tensor):
+    """The whole logical value of a (Dist)Tensor as numpy, on every rank."""
+    import paddle.distributed as dist
+
+    if tensor.is_dist():
+        tensor = dist.reshard(tensor, tensor.process_mesh, [dist.Replicate()] * len(tensor.placements))
+    return np.array(tensor.numpy(), copy=True)
+
+
+def _full_state(parallel):
+    model = {k: _full(v) for k, v in parallel.model.state_dict().items()}
+    opt = {k: _full(v) for k, v in parallel.optimizer.state_dict().items() if hasattr(v, "is_dist")}
+    return model, opt
+
+
+def train_save_continue(plan_name, steps_before, steps_after, path):
+    """Train, save model and optimizer with dist.save_state_dict, then keep training."""
+    import paddle.distributed as dist
+
+    parallel = setup_parallel(parse_plan(plan_name), CFG, seed=0, lr=LR)
+    batches = make_batches(steps_before + steps_after, 8, CFG.seq_len, CFG.vocab, seed=0)
+    before = [parallel.train_step(x, y) for x, y in batches[:steps_before]]
+    dist.save_state_dict(parallel.model.state_dict(), os.path.join(path, "model"))
+    dist.save_state_dict(parallel.optimizer.state_dict(), os.path.join(path, "opt"))
+    saved = _full_state(parallel)
+    after = [parallel.train_step(x, y) for x, y in batches[steps_before:]]
+    return {"before": before, "after": after, "state": saved if dist.get_rank() == 0 else None}
+
+
+def load_continue(plan_name, steps_before, steps_after, path):
+    """Build a differently initialised model under another plan, load, compare, keep training."""
+    import paddle.distributed as dist
+
+    parallel = setup_parallel(parse_plan(plan_name), CFG, seed=99, lr=LR)
+    batches = make_batches(steps_before + steps_after, 8, CFG.seq_len, CFG.vocab, seed=0)
+    parallel.train_step(*batches[0])  # creates the optimizer's accumulators; the load overwrites them
+    dist.load_state_dict(parallel.model.state_dict(), os.path.join(path, "model"))
+    dist.load_state_dict(parallel.optimizer.state_dict(), os.path.join(path, "opt"))
+    loaded = _full_state(parallel)
+    after = [parallel.train_step(x, y) for x, y in batches[steps_before:]]
+    return {"after": after, "state": loaded if dist.get_rank() == 0 else None}
+
+
+def load_without_cpu_fix(plan_name, path):
+    """Paddle's own loader on a CPU build, with paddle-ext's checkpoint fix taken back."""
+    import paddle.distributed as dist
+
+    from paddle_ext.compat import FIXES
+
+    FIXES["checkpoint-cpu-load"].revert()
+    parallel = setup_parallel(parse_plan(plan_name), CFG, seed=99, lr=LR)
+    try:
+        dist.load_state_dict(parallel.model.state_dict(), os.path.join(path, "model"))
+    except Exception as exc:  # noqa: BLE001 - the failure is the measurement
+        return f"{type(exc).__name__}: {exc}"
+    return "loaded"
