@@ -75,15 +75,22 @@ def is_dist_attr(obj) -> bool:
 
 def spec_from_dist_tensor_spec(dts) -> DistSpec:
     """A :class:`DistSpec` from a ``DistTensorSpec`` (no partial status: Paddle does not expose it)."""
-    mesh = tuple(int(s) for s in dts.process_mesh.shape)
-    mapping = list(dts.dims_mapping)
+    pm = dts.process_mesh() if callable(dts.process_mesh) else dts.process_mesh
+    mapping = list(dts.dims_mapping() if callable(dts.dims_mapping) else dts.dims_mapping)
+    mesh = tuple(int(s) for s in pm.shape)
     pls = ["R"] * len(mesh)
     for d, m in enumerate(mapping):
         if m >= 0:
             if pls[m] != "R":
                 raise ConversionError(f"DistTensorSpec dims_mapping {mapping} uses mesh dim {m} twice")
             pls[m] = f"S({d})"
-    return DistSpec(tuple(dts.shape), mesh, pls)
+    shape = dts.shape() if callable(dts.shape) else dts.shape
+    return DistSpec(tuple(shape), mesh, pls)
+
+
+def mesh_of_dist_tensor_spec(dts):
+    """The ``ProcessMesh`` of a ``DistTensorSpec`` (a method in Paddle 3.3's binding)."""
+    return dts.process_mesh() if callable(dts.process_mesh) else dts.process_mesh
 
 
 def spec_from_dist_attr(attr, shape: Sequence[int]) -> DistSpec:
@@ -99,5 +106,5 @@ def call_phi_rule(name: str, args: Sequence, backward: bool = False):
 
 
 __all__ = ["call_phi_rule", "dist_attr", "dist_tensor_spec", "has_phi_rule", "is_dist_attr",
-           "is_dist_tensor_spec", "phi_rule", "process_mesh", "spec_from_dist_attr",
+           "is_dist_tensor_spec", "mesh_of_dist_tensor_spec", "phi_rule", "process_mesh", "spec_from_dist_attr",
            "spec_from_dist_tensor_spec"]

@@ -212,6 +212,28 @@ def tile_map(ndim: int, repeats: Sequence[int]) -> tuple:
 
 
 # -- inference ----------------------------------------------------------------------------------
+def _flatten_of(spec: DimSpec):
+    """The Flatten inside ``spec`` (itself, or the input of a Split), if any."""
+    if isinstance(spec, Flatten):
+        return spec
+    if isinstance(spec, Split) and isinstance(spec.dim, Flatten):
+        return spec.dim
+    return None
+
+
+def _even_mdims(spec: DistSpec, ds: DimSpec, d: int, cond, mdims: list[int], mesh) -> list[int]:
+    """Drop trailing mesh dims until laws 3 and 4 hold for the sharded input dim ``d``."""
+    flat = _flatten_of(ds)
+    rest = math.prod(spec.shape[x] for x in _flat_members(flat)[1:]) if flat is not None else 1
+    while mdims:
+        n = math.prod(mesh[m] for m in mdims)
+        if (rest > 1 and spec.shape[d] % n) or (isinstance(cond, int) and cond % n):
+            mdims.pop()
+        else:
+            break
+    return mdims
+
+
 def _leftmost(spec: DimSpec):
     """(input dim, even-size requirement) a DimSpec may inherit sharding from, or None."""
     if isinstance(spec, InputDim):
@@ -266,14 +288,7 @@ def infer_dimtrans(spec: DistSpec, dim_map: Sequence[DimSpec], op: str = "reshap
         mdims: list[int] = []
         if src is not None:
             d, cond = src
-            mdims = list(spec.shard_mesh_dims(d))
-            if isinstance(ds, Flatten):
-                rest = math.prod(spec.shape[x] for x in _flat_members(ds)[1:])
-                while mdims and rest > 1 and spec.shape[d] % math.prod(mesh[m] for m in mdims):
-                    mdims.pop()
-            elif isinstance(cond, int):
-                while mdims and cond % math.prod(mesh[m] for m in mdims):
-                    mdims.pop()
+            mdims = _even_mdims(spec, ds, d, cond, list(spec.shard_mesh_dims(d)), mesh)
             keep[d] = mdims
         out_mapping.append(mdims)
     in_mapping = [keep.get(d, []) for d in range(spec.ndim)]
@@ -298,10 +313,7 @@ def infer_dimtrans_reverse(spec: DistSpec, out: DistSpec, dim_map: Sequence[DimS
             continue
         d, cond = src
         mdims = [m for m in out.shard_mesh_dims(k) if m not in used]
-        if isinstance(ds, Flatten):
-            rest = math.prod(spec.shape[x] for x in _flat_members(ds)[1:])
-            while mdims and rest > 1 and spec.shape[d] % math.prod(mesh[m] for m in mdims):
-                mdims.pop()
+        mdims = _even_mdims(spec, ds, d, cond, mdims, mesh)
         if isinstance(ds, Split):
             # a split piece maps back to its input dim only when the input dim is that piece's block
             while mdims and spec.shape[d] % math.prod(mesh[m] for m in mdims):

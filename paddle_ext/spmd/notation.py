@@ -92,9 +92,12 @@ class Binding:
 
 @dataclass(frozen=True)
 class Notation:
-    """A parsed rule notation (frozen, hashable). Build it with :func:`parse_notation`."""
+    """A parsed rule notation (frozen, hashable). Build it with :func:`parse_notation`.
 
-    text: str
+    Two spellings of one rule (``"mk,kn->mn"`` and ``"m k, k n -> m n"``) are equal.
+    """
+
+    text: str = field(compare=False)
     inputs: tuple[Operand, ...]
     outputs: tuple[Operand, ...]
     reduce: tuple[tuple[str, str], ...] = ()

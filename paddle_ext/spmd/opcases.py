@@ -133,8 +133,13 @@ def _axes(a, ndim):
 
 
 def _red_dense(np_fn):
+    """A local reduction; max/min of an empty shard give the identity (-inf/+inf), as a kernel does."""
+    init = {np.max: -np.inf, np.min: np.inf}.get(np_fn)
+
     def make(a):
-        return lambda x: np_fn(x, axis=_axes(a, x.ndim), keepdims=a.get("keepdim", False))
+        if init is None:
+            return lambda x: np_fn(x, axis=_axes(a, x.ndim), keepdims=a.get("keepdim", False))
+        return lambda x: np_fn(x, axis=_axes(a, x.ndim), keepdims=a.get("keepdim", False), initial=init)
     return make
 
 
@@ -217,6 +222,8 @@ _add(OpCase("rms_norm", _rms_dense, (([(4, 6), (6,)], {}), ([(5, 3, 4), (4,)], {
 def _emb_dense(a):
     def f(ctx, ids, w):
         off = ctx.offset(1, 0) if ctx is not None else 0
+        if w.shape[0] == 0:
+            return np.zeros(ids.shape + w.shape[1:])
         local = ids - off
         ok = (local >= 0) & (local < w.shape[0])
         out = w[np.where(ok, local, 0)]
@@ -282,9 +289,15 @@ def _flatten_gen(rng):
     return [_shape(rng, nd)], {"start_axis": st, "stop_axis": int(rng.integers(st, nd))}
 
 
-_add(OpCase("flatten", lambda a: lambda x: _flatten_np(x, a),
+def _local_reshape(global_fn):
+    """A view op run per rank: the kernel reshapes its shard to the output's local shape."""
+    return lambda a: lambda ctx, x: global_fn(x, a) if ctx is None else np.reshape(x, ctx.out_shape(0))
+
+
+_add(OpCase("flatten", _local_reshape(_flatten_np),
             (([(4, 6, 2)], {"start_axis": 0, "stop_axis": 1}), ([(5, 4)], {"start_axis": 0, "stop_axis": 1})),
-            _flatten_gen, "flatten", lambda s, a: list(s) + [a.get("start_axis", 0), a.get("stop_axis", -1)]))
+            _flatten_gen, "flatten", lambda s, a: list(s) + [a.get("start_axis", 0), a.get("stop_axis", -1)],
+            needs_ctx=True))
 
 
 def _squeeze_gen(rng):
@@ -293,14 +306,15 @@ def _squeeze_gen(rng):
     return [shape], {"axis": ones[: int(rng.integers(0, len(ones) + 1))]}
 
 
-_add(OpCase("squeeze", lambda a: lambda x: np.squeeze(x, axis=tuple(a["axis"])) if a.get("axis")
-            else np.squeeze(x), (([(4, 1, 6)], {"axis": [1]}),), _squeeze_gen, "squeeze",
-            lambda s, a: list(s) + [list(a.get("axis", []))]))
-_add(OpCase("unsqueeze", lambda a: lambda x: np.expand_dims(x, tuple(a["axis"])),
+_add(OpCase("squeeze", _local_reshape(lambda x, a: np.squeeze(x, axis=tuple(a["axis"])) if a.get("axis")
+                                     else np.squeeze(x)),
+            (([(4, 1, 6)], {"axis": [1]}), ([(5, 1)], {"axis": []})), _squeeze_gen, "squeeze",
+            lambda s, a: list(s) + [list(a.get("axis", []))], needs_ctx=True))
+_add(OpCase("unsqueeze", _local_reshape(lambda x, a: np.expand_dims(x, tuple(a["axis"]))),
             (([(4, 6)], {"axis": [0]}), ([(5, 7)], {"axis": [1]})),
             lambda rng: (lambda nd: ([_shape(rng, nd)], {"axis": [int(rng.integers(0, nd + 1))]}))(
                 int(rng.integers(1, 4))),
-            "unsqueeze", lambda s, a: list(s) + [list(a["axis"])]))
+            "unsqueeze", lambda s, a: list(s) + [list(a["axis"])], needs_ctx=True))
 
 
 def _expand_gen(rng):

@@ -42,7 +42,7 @@ def _mesh_of(args):
     for v in args:
         for x in (v if isinstance(v, (list, tuple)) else [v]):
             if cspmd.is_dist_tensor_spec(x):
-                return x.process_mesh
+                return cspmd.mesh_of_dist_tensor_spec(x)
     return None
 
 
