@@ -26,6 +26,9 @@ def main(payload_path: str) -> int:
         if p not in sys.path:
             sys.path.insert(0, p)
     rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
+    with open(os.path.join(payload["results"], f"rank.{rank}.pid"), "w") as f:
+        f.write(str(os.getpid()))
+    os.environ["PADDLE_EXT_ACTION_FILE"] = os.path.join(payload["results"], f"rank.{rank}.action")
     try:
         import paddle
         import paddle.distributed as dist

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import HarnessError
+from .actions import last_action
 
 WORKER = Path(__file__).with_name("_worker.py")
 TAG_ENV = "PADDLE_EXT_HARNESS_TAG"
@@ -44,6 +45,7 @@ class RankFailure:
     detail: str        # traceback or reason
     log_tail: str
     at: float = float("inf")  # when the rank reported (its result file's mtime)
+    action: str | None = None  # the rank's last record_action() note
 
 
 def _log_tail(log_dir: Path, rank: int, lines: int = 30) -> str:
@@ -185,6 +187,10 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
                         if status != "ok":
                             failures.append(RankFailure(r, "raised", value, _log_tail(logs, r),
                                                         (results_dir / f"rank.{r}.pkl").stat().st_mtime))
+                    elif _rank_process_gone(results_dir, r):
+                        failures.append(RankFailure(r, "exited", "the rank's process exited without a result "
+                                                    "(os._exit, a signal or a crash; see its log)",
+                                                    _log_tail(logs, r)))
                     elif timed_out:
                         failures.append(RankFailure(r, "timeout", f"no result after {timeout:.0f} s",
                                                     _log_tail(logs, r)))
@@ -196,6 +202,8 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
                                                     _log_tail(logs, r)))
                 break
             time.sleep(0.05)
+        for f in failures:
+            f.action = last_action(str(results_dir / f"rank.{f.rank}.action"))
     finally:
         _kill_group(proc)
         launcher_out.close()
@@ -211,6 +219,19 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
     return results
 
 
+def _rank_process_gone(results_dir: Path, rank: int) -> bool:
+    """True if rank ``rank`` started (wrote its pid) and its process is no longer running."""
+    try:
+        pid = int((results_dir / f"rank.{rank}.pid").read_text())
+    except (OSError, ValueError):
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
 def _read(results_dir: Path, rank: int):
     path = results_dir / f"rank.{rank}.pkl"
     for _ in range(20):  # the file is renamed into place, but be patient with slow disks
@@ -224,19 +245,23 @@ def _read(results_dir: Path, rank: int):
 
 def _format_failures(fn: Callable, nproc: int, failures: list[RankFailure], logs: Path) -> str:
     primary = [f for f in failures if f.kind in ("raised", "exited", "timeout")] or failures
-    primary.sort(key=lambda f: f.at)  # the first rank to fail is most likely the cause
+    # the likely cause first: a rank whose process vanished (its peers then see "connection
+    # reset"), else the first rank to report an error
+    primary.sort(key=lambda f: (f.kind != "exited", f.at))
     head = ", ".join(f"rank {f.rank} {f.kind}" for f in primary)
-    if len(primary) > 1 and primary[0].at < float("inf"):
+    if len(primary) > 1 and (primary[0].kind == "exited" or primary[0].at < float("inf")):
         head += f"; rank {primary[0].rank} failed first"
     parts = [f"{fn.__module__}.{fn.__qualname__} on {nproc} ranks failed: {head} (logs in {logs})"]
     for f in primary:
-        parts.append(f"--- rank {f.rank} ({f.kind}) ---\n{f.detail.rstrip()}\n"
+        where = f"\nlast action: {f.action}" if f.action else ""
+        parts.append(f"--- rank {f.rank} ({f.kind}) ---\n{f.detail.rstrip()}{where}\n"
                      f"--- tail of workerlog.{f.rank} ---\n{f.log_tail}")
     if all(f.log_tail.startswith("(no workerlog") for f in primary):
         launcher = logs / "launcher.out"
         tail = launcher.read_text(errors="replace").splitlines()[-25:] if launcher.exists() else []
         parts.append("--- the launcher itself failed; tail of its output ---\n" + "\n".join(tail))
-    others = [f.rank for f in failures if f not in primary]
+    others = [f for f in failures if f not in primary]
     if others:
-        parts.append(f"ranks {others} were stopped after the failure above")
+        parts.append("stopped after the failure above: " + "; ".join(
+            f"rank {f.rank}" + (f" (last action: {f.action})" if f.action else "") for f in others))
     return "\n".join(parts)

@@ -1,0 +1,27 @@
+"""Faults mid-step: a rank that raises, exits or hangs fails the job in bounded time, naming rank and action."""
+import time
+
+import pytest
+
+import fault_ranks as fr
+from paddle_ext.errors import HarnessError
+from paddle_ext.testing import run_ranks
+
+pytestmark = pytest.mark.multirank
+
+
+@pytest.mark.parametrize("fault, kind, timeout", [("raise", "raised", 120), ("exit", "exited", 120),
+                                                  ("hang", "timeout", 20)])
+def test_fault_mid_step_names_rank_and_action(fault, kind, timeout, tmp_path):
+    start = time.monotonic()
+    with pytest.raises(HarnessError) as info:
+        run_ranks(fr.fault_in_step, nproc=2, args=(4, 1, 2, fault), timeout=timeout, log_dir=tmp_path / "log")
+    elapsed = time.monotonic() - start
+    msg = str(info.value)
+    assert f"rank 1 {kind}" in msg, msg
+    assert f"step 2: injected {fault}" in msg, msg
+    if fault == "hang":  # the healthy rank is stuck in the collective the hung rank never joined
+        assert "rank 0 timeout" in msg and "step 2: all_reduce of a [4] tensor" in msg, msg
+    if fault == "raise":
+        assert "RuntimeError: injected fault on rank 1 at step 2" in msg
+    assert elapsed < timeout + 30, f"took {elapsed:.0f} s"
