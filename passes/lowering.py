@@ -7,8 +7,9 @@ construction even when a send blocks until its receive is posted (gloo):
 
 1. Simulate the compute-only schedule (unit costs by default) to get each action's start and end.
 2. Give each pair a meeting time ``t`` between the end of the producing action (time ``e``) and the
-   start of the consuming one (``c``): the first time in ``[e, c]`` at which neither rank is in the
-   middle of an action, or ``e`` if there is none.
+   start of the consuming one (``c``): the first time at which the sender is between actions and
+   the receiver is free for the ``comm_latency`` a blocking receive lasts, or ``e`` if there is
+   none in ``[e, c]``.
 3. On each rank, put a communication action before the first compute action that starts at or
    after its meeting time, and order communication actions that land together by the global key
    ``(meeting time, direction, stage, microbatch)``.
@@ -16,8 +17,14 @@ construction even when a send blocks until its receive is posted (gloo):
 Why it cannot deadlock: a send comes after its producer and a receive before its consumer (costs
 are positive, so ``start(producer) < e <= t <= c``), hence compute never waits on anything but
 earlier actions of its own rank. Every rank meets its pairs in increasing key order, so among the
-blocked pairs the one with the smallest key has both sides posted: it completes. When the meeting
-time is a common gap (step 2), the lowered schedule runs exactly as fast as the compute-only one.
+blocked pairs the one with the smallest key has both sides posted: it completes. When every pair
+finds a common gap, the lowered schedule runs exactly as fast as the compute-only one; where none
+exists (VPP and DualPipeV mix 1- and 2-unit actions) a blocking send costs some time. Compute is
+never reordered.
+
+For transports whose sends never block, ``blocking_sends=False`` places each send right after its
+producer and each receive right before its consumer: the compute-only timing exactly, but only
+safe when sends do not wait for their receive.
 
 >>> from paddle_ext.passes.schedule_ir import format_schedule, parse_schedule
 >>> lowered = add_send_recv(parse_schedule("rank 0: 0F0 0F1 0B0 0B1\\nrank 1: 1F0 1B0 1F1 1B1"))
@@ -38,31 +45,41 @@ from paddle_ext.passes.validate import check_structure
 __all__ = ["add_send_recv"]
 
 
-def _first_common_gap(starts_a, ends_a, starts_b, ends_b, earliest: float, latest: float) -> float:
-    """Smallest t in [earliest, latest] where neither rank is inside an action; else ``earliest``."""
+def _busy_at(starts, ends, t: float, hold: float) -> float:
+    """End of the action a rank is running during ``(t, t + hold)`` (``hold == 0``: strictly
+    across ``t``), or -1 when the rank is free then."""
+    j = bisect_left(starts, t + hold) - 1 if hold else bisect_right(starts, t) - 1
+    return ends[j] if j >= 0 and ends[j] > t and (hold or starts[j] < t) else -1.0
+
+
+def _meeting_time(sender, receiver, earliest: float, latest: float, hold: float) -> float:
+    """First t in [earliest, latest - hold] where the sender is between actions at t and the
+    receiver is free during the ``hold`` a blocking receive lasts; ``earliest`` if there is none."""
     t = earliest
-    while t <= latest:
-        moved = False
-        for starts, ends in ((starts_a, ends_a), (starts_b, ends_b)):
-            j = bisect_right(starts, t) - 1  # last action starting at or before t
-            if j >= 0 and starts[j] < t < ends[j]:
-                t, moved = ends[j], True
-        if not moved:
+    while t <= latest - hold:
+        busy = max(_busy_at(*sender, t, 0.0), _busy_at(*receiver, t, hold))
+        if busy < 0:
             return t
+        t = busy
     return earliest
 
 
-def add_send_recv(schedule: Mapping[int, Sequence[Optional[Action]]],
-                  costs: Union[Costs, Mapping, None] = None, comm_latency: float = 0.0) -> Schedule:
+def add_send_recv(schedule: Mapping[int, Sequence[Optional[Action]]], costs: Union[Costs, Mapping, None] = None,
+                  comm_latency: float = 0.0, *, blocking_sends: bool = True) -> Schedule:
     """Return ``schedule`` with SEND/RECV actions added (idle slots dropped); see the module doc.
 
-    ``costs`` and ``comm_latency`` only steer where the pairs go (they must be positive costs);
-    the result is deadlock-free whatever the real costs are.
+    ``blocking_sends=True`` (default) orders the pairs by meeting time as above; ``costs`` and
+    ``comm_latency`` only steer where the pairs go, and the result is deadlock-free whatever the
+    real costs are. ``blocking_sends=False`` is for transports whose sends never wait (``isend``):
+    each send goes right after its producer and each receive right before its consumer, which
+    keeps the compute-only timing exactly, but can deadlock if sends do block.
     """
     shape = check_structure(schedule)
     if shape.lowered:
         raise ScheduleError("the schedule already has SEND/RECV actions; lower the compute-only schedule "
                             "(paddle_ext.passes.compute_only(schedule) strips them)")
+    if not blocking_sends:
+        return _lower_next_to_compute(schedule, shape)
     costs = _coerce_costs(costs)
     if min(costs.forward, costs.backward_input, costs.backward_weight, costs.backward) <= 0:
         raise ScheduleError(f"add_send_recv orders communication by simulated time and needs costs > 0, got {costs}")
@@ -91,8 +108,8 @@ def add_send_recv(schedule: Mapping[int, Sequence[Optional[Action]]],
                 send, recv = Action(s, Kind.SEND_B, mb), Action(s - 1, Kind.RECV_B, mb)
             else:
                 continue
-            meet = _first_common_gap(timing.starts[i], timing.ends[i], timing.starts[peer], timing.ends[peer],
-                                     end, consumer_start)
+            meet = _meeting_time((timing.starts[i], timing.ends[i]), (timing.starts[peer], timing.ends[peer]),
+                                 end, consumer_start, float(comm_latency))
             key = (meet, direction, s, mb)
             comms[i].append((key, send))
             comms[peer].append((key, recv))
@@ -108,5 +125,28 @@ def add_send_recv(schedule: Mapping[int, Sequence[Optional[Action]]],
             done = max(done, slot)
             out.append(comm)
         out.extend(actions[done:])
+        lowered[rank] = out
+    return lowered
+
+
+def _lower_next_to_compute(schedule, shape) -> Schedule:
+    srank, n_stages = shape.stage_to_rank, shape.n_stages
+    lowered: Schedule = {}
+    for rank in sorted(schedule):
+        out: List[Optional[Action]] = []
+        for a in schedule[rank]:
+            if a is None:
+                continue
+            s, mb = a.stage, a.microbatch
+            forward = a.kind is Kind.F
+            src = s - 1 if forward else s + 1  # where the input comes from
+            dst = s + 1 if forward else s - 1  # where the output goes
+            needs_input = a.kind is not Kind.W and 0 <= src < n_stages and srank[src] != rank
+            sends_output = a.kind is not Kind.W and 0 <= dst < n_stages and srank[dst] != rank
+            if needs_input:
+                out.append(Action(s, Kind.RECV_F if forward else Kind.RECV_B, mb))
+            out.append(a)
+            if sends_output:
+                out.append(Action(s, Kind.SEND_F if forward else Kind.SEND_B, mb))
         lowered[rank] = out
     return lowered

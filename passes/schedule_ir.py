@@ -125,45 +125,49 @@ def format_grid(schedule: Mapping[int, Sequence[Optional[Action]]],
     after that rank's row as ``<-- here: text``. With ``window`` only the steps within ``window``
     of a marked step are shown (``...`` stands for the rest), so errors stay short.
     """
-    marks = dict(marks or {})
-    notes = dict(notes or {})
+    marks, notes = dict(marks or {}), dict(notes or {})
     ranks = sorted(schedule)
     n_steps = max((len(schedule[r]) for r in ranks), default=0)
-    steps: List[Optional[int]] = list(range(n_steps))
-    if window is not None and marks:
-        keep = {s for m in marks.values() for s in range(m - window, m + window + 1) if 0 <= s < n_steps}
-        steps = []
-        for s in range(n_steps):
-            if s in keep:
-                steps.append(s)
-            elif steps and steps[-1] is not None:
-                steps.append(None)  # elision marker
+    steps = _visible_steps(n_steps, marks, window)
     rows = [["step"] + ["..." if s is None else str(s) for s in steps]]
     for r in ranks:
-        row = [f"rank {r}"]
         actions = schedule[r]
+        row = [f"rank {r}"]
         for s in steps:
             if s is None:
-                row.append("...")
-                continue
-            a = actions[s] if s < len(actions) else None
-            cell = "." if a is None else str(a)
-            if s >= len(actions):
+                cell = "..."
+            elif s >= len(actions):
                 cell = ""
-            if marks.get(r) == s:
-                cell = f">{cell or 'end'}<"
-            row.append(cell)
+            else:
+                cell = "." if actions[s] is None else str(actions[s])
+            row.append(f">{cell}<" if s is not None and marks.get(r) == s else cell)
         rows.append(row)
-    widths = [max(len(row[i]) for row in rows if i < len(row)) for i in range(len(rows[0]))]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = []
     for row, r in zip(rows, [None] + ranks):
-        line = "  ".join(cell.ljust(w) for cell, w in zip(row[:1], widths[:1]))
-        line += "  " + " ".join(cell.ljust(w) for cell, w in zip(row[1:], widths[1:]))
+        line = row[0].ljust(widths[0]) + "  " + " ".join(c.ljust(w) for c, w in zip(row[1:], widths[1:]))
         line = line.rstrip()
-        if r is not None and r in notes:
+        if r in notes:
             line += f"   <-- here: {notes[r]}"
         lines.append(line)
     return "\n".join(lines)
+
+
+def _visible_steps(n_steps: int, marks: Mapping[int, int], window: Optional[int]) -> List[Optional[int]]:
+    """Step numbers to show, ``None`` where a run of hidden steps is elided."""
+    if window is None or not marks:
+        return list(range(n_steps))
+    keep = sorted({s for m in marks.values() for s in range(max(0, m - window), min(n_steps, m + window + 1))})
+    shown: List[Optional[int]] = []
+    previous = -1
+    for s in keep:
+        if s != previous + 1:
+            shown.append(None)
+        shown.append(s)
+        previous = s
+    if previous != n_steps - 1:
+        shown.append(None)
+    return shown
 
 
 def format_schedule(schedule: Mapping[int, Sequence[Optional[Action]]]) -> str:
