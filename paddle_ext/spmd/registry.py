@@ -156,6 +156,8 @@ class SpmdRule:
         doc = inspect.getdoc(fn) or ""
         self.doc_notation = doc.splitlines()[0] if doc else ""
         self._cached = functools.lru_cache(maxsize=8192)(self._infer_uncached)
+        self._front: dict = {}  # (specs, attrs as given) -> result; filled only after validation
+        self._by_id: dict = {}  # (spec ids, attrs) -> (specs, result): skips hashing the specs
 
     def __repr__(self) -> str:
         return f"SpmdRule({self.op!r}, {self.doc_notation!r})"
@@ -208,9 +210,38 @@ class SpmdRule:
 
     # -- pure API ------------------------------------------------------------------------------
     def infer(self, specs: Sequence, attrs: Mapping | None = None) -> RuleResult:
-        """Forward inference on :class:`DistSpec` values (cached on specs + attributes)."""
+        """Forward inference on :class:`DistSpec` values (cached on specs + attributes).
+
+        Two caches, both keyed on frozen values only: a front dict on the arguments exactly as
+        given (attribute types included, so a wrongly typed value never hits an entry made by
+        a valid one), and the bound cache on the normalised tensor and attribute values.
+        """
+        key = ikey = None
+        try:
+            items = []
+            for k, v in (attrs.items() if attrs else ()):
+                cls = v.__class__
+                items.append((k, cls, tuple(v) if cls is list else v))
+            items = tuple(items)
+            # identity first: a frozen spec object seen before (we hold it, so its id is not reused)
+            ikey = (tuple(map(id, specs)), items)
+            hit = self._by_id.get(ikey)
+            if hit is not None and all(a is b for a, b in zip(hit[0], specs)):
+                return hit[1]
+            key = (tuple(specs), items)
+            res = self._front.get(key)
+            if res is not None:
+                if len(self._by_id) < 8192:
+                    self._by_id[ikey] = (tuple(specs), res)
+                return res
+        except TypeError:  # unhashable argument (a tensor list, nested lists): bind first
+            key = ikey = None
         targs, avals = self.bind(specs, attrs)
-        return self._cached(targs, avals)
+        res = self._cached(targs, avals)
+        if key is not None and len(self._front) < 8192:
+            self._front[key] = res
+            self._by_id[ikey] = (tuple(specs), res)
+        return res
 
     def _flat(self, targs) -> list[DistSpec]:
         flat = []
@@ -279,6 +310,8 @@ class SpmdRule:
 
     def cache_clear(self) -> None:
         self._cached.cache_clear()
+        self._front.clear()
+        self._by_id.clear()
 
     # -- Paddle's calling convention -------------------------------------------------------------
     def infer_forward(self, *args):
