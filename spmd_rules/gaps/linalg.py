@@ -1,0 +1,68 @@
+"""addmm, baddbmm, kron.
+
+``addmm``/``baddbmm`` are ``beta * input + alpha * (x @ y)``: the product follows the matmul
+notation, and because the result is a *sum* of two terms, ``input`` must take the output's
+layout -- including ``P(sum)`` when the contraction dim is sharded (a replicated ``input`` would
+otherwise be added once per rank). That is a required reshard ``R -> P(sum)`` (local: kept on
+coordinate 0, zeros elsewhere), stated in the result like any other.
+
+``kron`` keeps a dim of ``x`` sharded when it splits evenly over the whole mesh (each block of
+``x`` rows makes a contiguous block of output rows); both inputs may be ``P(sum)`` (linear).
+"""
+from __future__ import annotations
+
+from paddle_ext.placements import DistSpec, Partial, Replicate, Shard
+from paddle_ext.spmd.engine import infer_einsum
+from paddle_ext.spmd.registry import Rows
+from paddle_ext.spmd.result import make_result
+
+from ._common import gap_rule, world
+
+
+def _follow_output(inp: DistSpec, out: DistSpec) -> DistSpec:
+    """``inp`` (broadcast to ``out``) laid out like ``out``; size-1/missing dims replicated."""
+    lead = out.ndim - inp.ndim
+    pls = []
+    for p in out.placements:
+        if isinstance(p, Partial):
+            pls.append(Partial("sum"))
+        elif isinstance(p, Shard):
+            d = p.dim - lead
+            pls.append(Shard(d) if d >= 0 and inp.shape[d] == out.shape[p.dim] and inp.shape[d] > 1
+                       else Replicate())
+        else:
+            pls.append(Replicate())
+    return DistSpec(inp.shape, inp.mesh_shape, pls)
+
+
+def _add_mm(op: str, notation: str, input: DistSpec, x: DistSpec, y: DistSpec):
+    mm = infer_einsum(notation, [x, y], op)
+    out = mm.outputs[0]
+    return make_result(op, [input, x, y], [_follow_output(input, out), *mm.inputs], [out],
+                       f"input follows out; {notation}")
+
+
+@gap_rule("addmm")
+def addmm(input: DistSpec, x: DistSpec, y: DistSpec, beta: float = 1.0, alpha: float = 1.0):
+    """m n, m k, k n -> m n | reduce(sum): k   (input takes the output's layout, P(sum) included)"""
+    return _add_mm("addmm", "m k, k n -> m n", input, x, y)
+
+
+@gap_rule("baddbmm")
+def baddbmm(input: DistSpec, x: DistSpec, y: DistSpec, beta: float = 1.0, alpha: float = 1.0):
+    """b m n, b m k, b k n -> b m n | reduce(sum): k   (input takes the output's layout)"""
+    return _add_mm("baddbmm", "b m k, b k n -> b m n", input, x, y)
+
+
+@gap_rule("kron")
+def kron(x: DistSpec, y: DistSpec):
+    """S(d), R -> S(d) when x.shape[d] splits evenly; P(sum), R -> P(sum); R, P(sum) -> P(sum)"""
+    nd = max(x.ndim, y.ndim)
+    xs = (1,) * (nd - x.ndim) + tuple(x.shape)
+    ys = (1,) * (nd - y.ndim) + tuple(y.shape)
+    shape = tuple(a * b for a, b in zip(xs, ys))
+    rows = [("P(sum)", "P(sum), R"), ("P(sum)", "R, P(sum)")]
+    if x.ndim == y.ndim:
+        rows = [(f"S({d})", f"S({d}), R") for d in range(x.ndim)
+                if x.shape[d] > 1 and x.shape[d] % world(x) == 0] + rows
+    return Rows(tuple(rows), (shape,))
