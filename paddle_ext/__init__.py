@@ -11,6 +11,20 @@ from .placements import (DistSpec, Partial, Replicate, Shard, format_placements,
 __version__ = "0.1.0"
 
 
+def register_spmd_rule(op: str, override: bool = False):
+    """Decorator registering a paddle-ext SPMD rule for ``op`` (see :mod:`paddle_ext.spmd`)."""
+    from .spmd import register_spmd_rule as _register
+
+    return _register(op, override=override)
+
+
+def get_spmd_rule(op: str, source: str = "auto"):
+    """The rule for ``op``: paddle-ext's if registered, else Paddle's C++ rule (one registry)."""
+    from .spmd import get_spmd_rule as _get
+
+    return _get(op, source=source)
+
+
 def install() -> list[str]:
     """Apply paddle-ext's fixes to the installed Paddle; returns the fixes in effect."""
     from .compat import install as _install

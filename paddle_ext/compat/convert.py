@@ -99,8 +99,13 @@ def to_dist_attr(mesh, placements: str | Sequence, ndim: int):
     pls = parse_placements(placements)
     spec = DistSpec((1,) * ndim, mesh_shape(mesh), pls)  # validates lengths and dims
     attr = TensorDistAttr()
-    attr.process_mesh = mesh if isinstance(mesh, paddle.distributed.ProcessMesh) else \
-        paddle.distributed.ProcessMesh(list(range(spec.world_size)))
+    if isinstance(mesh, paddle.distributed.ProcessMesh):
+        attr.process_mesh = mesh
+    else:  # a mesh shape: ranks 0..n-1 in row-major order, keeping every mesh dim
+        import numpy as np
+
+        attr.process_mesh = paddle.distributed.ProcessMesh(
+            np.arange(spec.world_size).reshape(spec.mesh_shape).tolist())
     mapping = spec.dims_mapping()
     if any(len(m) > 1 for m in mapping):
         attr.multi_dims_mapping = mapping

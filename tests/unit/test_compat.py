@@ -35,6 +35,12 @@ def test_dist_attr_round_trip(text):
     assert from_dist_attr(attr) == parse_placements(text)
 
 
+def test_dist_attr_from_a_mesh_shape_keeps_every_mesh_dim():
+    attr = to_dist_attr((2, 2), "[S(1),S(0)]", 2)
+    assert list(attr.process_mesh.shape) == [2, 2] and list(attr.process_mesh.process_ids) == [0, 1, 2, 3]
+    assert from_dist_attr(attr) == parse_placements("[S(1),S(0)]")
+
+
 def test_dist_attr_reads_reduce_type_from_paddle_rules():
     # Paddle's own rules produce partial attrs; the reduce type is recovered, not assumed SUM
     from paddle.base import core
