@@ -39,6 +39,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from paddle_ext.errors import ScheduleError
 from paddle_ext.passes.schedule_ir import Action, Kind, format_grid
 
+from .p2p import ensure_pair_groups
 from .split_backward import get_split_strategy
 from .stage_runtime import StageRunner
 
@@ -54,7 +55,7 @@ class PipelineRuntimeError(ScheduleError, RuntimeError):
 
 
 def _exchange(obj, group) -> list:
-    """Every pipeline rank's ``obj`` (one ``all_gather_object``; no communication with one rank)."""
+    """Every rank's ``obj`` (one ``all_gather_object``; no communication with one rank)."""
     import paddle.distributed as dist
 
     if dist.get_world_size() <= 1:
@@ -64,12 +65,11 @@ def _exchange(obj, group) -> list:
     return out
 
 
-def _raise_if_any(verdicts: Sequence, what: str) -> None:
+def _raise_if_any(verdicts: Sequence, what: str, who: str = "rank") -> None:
     errors = [(r, v) for r, v in enumerate(verdicts) if v]
     if errors:
-        lines = "\n".join(f"  pipeline rank {r}: {msg}" for r, msg in errors)
-        raise ScheduleError(f"{what} failed on {len(errors)} of {len(verdicts)} pipeline ranks; no rank started:\n"
-                            f"{lines}")
+        lines = "\n".join(f"  {who} {r}: {msg}" for r, msg in errors)
+        raise ScheduleError(f"{what} failed on {len(errors)} of {len(verdicts)} ranks; no rank started:\n{lines}")
 
 
 def _pp_global_ranks(stage) -> List[int]:
@@ -143,21 +143,22 @@ class PipelineScheduleRuntime:
         self.last_memory: Optional[Dict[str, int]] = None
         self._split = get_split_strategy(split_backward)
 
-        error, self._group = None, None
+        error = None
         try:
-            self._group = self._stages[0].group if self._stages else None
             self._plan()
         except ScheduleError as exc:
             error = str(exc)
         fingerprint = (self.info.name, n_microbatches, len(self._stages),
                        getattr(self._stages[0], "num_stages", None) if self._stages else None)
-        verdicts = _exchange((error, fingerprint), self._group)
+        pipeline = tuple(self._pp_global) if error is None else ()
+        verdicts = _exchange((error, fingerprint, pipeline), None)
         prints = {v[1] for v in verdicts}
         msgs = [v[0] for v in verdicts]
         if len(prints) > 1 and not any(msgs):
             msgs = [f"configuration (schedule, n_microbatches, stages per rank, num_stages) = {v[1]} differs "
                     "from another rank's; construct the same schedule on every rank" for v in verdicts]
-        _raise_if_any(msgs, f"{self.info.name} setup")
+        _raise_if_any(msgs, f"{self.info.name} setup", "rank")
+        ensure_pair_groups(v[2] for v in verdicts)
 
     # --------------------------------------------------------------------------- planning
     def _plan(self) -> None:
@@ -227,7 +228,7 @@ class PipelineScheduleRuntime:
         except ScheduleError as exc:
             error = str(exc)
         if self._check_inputs_every_step:
-            _raise_if_any([v for v in _exchange(error, self._group)], f"{self.info.name} step")
+            _raise_if_any(_exchange(error, None), f"{self.info.name} step")
         elif error:
             raise ScheduleError(error)
 

@@ -22,7 +22,9 @@ Shapes are not inferred ahead of time: the first message of a step on each chann
 and direction) is preceded by its metadata (local shape, dtype, DistTensor placements, whether
 a gradient flows back), sent with ``send_object_list``; the other microbatches of the step reuse
 it. A DistTensor is sent as its local value and rebuilt on the receiving stage's mesh (taken
-from the stage's DistTensor parameters or from the global mesh's ``"pp"`` dim).
+from the stage's DistTensor parameters or from the global mesh's ``"pp"`` dim). Messages go
+through a two-rank group per pair of pipeline ranks (:mod:`.p2p`): gloo matches a send with a
+receive by the group's operation count, which only agrees per pair.
 """
 from __future__ import annotations
 
@@ -236,30 +238,36 @@ class StageRunner:
     def _send(self, channel: str, tensors: Sequence, dst: int, requires_grad) -> None:
         import paddle.distributed as dist
 
+        from .p2p import pair_group
+
+        group = pair_group(self._global[self._me], dst)
         metas = [tensor_meta(t, requires_grad) for t in tensors]
         sent = self._meta_sent.get(channel)
         if sent is None:
-            dist.send_object_list([metas], dst=dst)
+            dist.send_object_list([metas], dst=dst, group=group)
             self._meta_sent[channel] = metas
         elif [m[:3] for m in sent] != [m[:3] for m in metas]:
             raise ScheduleError(f"stage {self.index} ({channel}): tensor shapes changed within a step "
                                 f"({sent} then {metas}); every microbatch of a step must have the same shapes")
         for t in tensors:
-            dist.send(t._local_value() if t.is_dist() else t, dst=dst)
+            dist.send(t._local_value() if t.is_dist() else t, dst=dst, group=group)
 
     def _recv(self, channel: str, src: int):
         import paddle
         import paddle.distributed as dist
 
+        from .p2p import pair_group
+
+        group = pair_group(self._global[self._me], src)
         metas = self._meta_recv.get(channel)
         if metas is None:
             box = [None]
-            dist.recv_object_list(box, src=src)
+            dist.recv_object_list(box, src=src, group=group)
             metas = self._meta_recv[channel] = list(box[0])
         tensors = []
         for shape, dtype, placements, _ in metas:
             buf = paddle.empty(list(shape), dtype=dtype)
-            dist.recv(buf, src=src)
+            dist.recv(buf, src=src, group=group)
             if placements is not None:
                 from paddle_ext.compat import to_paddle_placements
                 from paddle_ext.compat.pipelining import from_local
