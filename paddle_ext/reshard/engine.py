@@ -52,12 +52,28 @@ def exchange(be, members: Sequence[int], outgoing: dict, incoming: dict) -> dict
     """Send ``outgoing[peer]`` (lists of arrays) and receive ``incoming[peer]`` (lists of
     ``(shape, like)``) with every peer, pairwise; returns ``{peer: [arrays]}``.
 
-    Zero-sized pieces are never sent (both sides know the shapes). Within a pair the lower rank
-    sends first. Several pieces for one peer travel as one flat buffer.
+    Within a pair the lower rank sends first; several pieces for one peer travel as one flat
+    buffer. Zero-sized pieces are never sent (both sides know the shapes).
+
+    With ``be.lockstep`` (Paddle's gloo backend), every rank of the world takes part in every
+    round and each pair always exchanges one message each way (a one-element dummy when there
+    is nothing to send). Paddle tags gloo point-to-point messages with a per-group sequence
+    number, so a message only matches when sender and receiver have made the same number of
+    calls; lockstep keeps every rank's count equal. It needs an even world size (a rank sitting
+    out a round would fall behind).
     """
     got: dict = {}
     me = be.rank
-    for peer in partner_order(tuple(sorted(set(members))), me):
+    lockstep = getattr(be, "lockstep", False)
+    group = tuple(be.world) if lockstep else tuple(sorted(set(members)))
+    if me not in group:
+        return got
+    if lockstep and len(group) % 2:
+        raise ReshardPlanError(
+            f"point-to-point reshard steps need an even number of ranks on gloo (world of {len(group)}): "
+            f"Paddle's gloo send/recv match messages by a per-group sequence number, which only stays "
+            f"aligned when every rank is paired in every round; run with an even world size")
+    for peer in partner_order(group, me):
         outs = [x for x in outgoing.get(peer, []) if be.numel(x)]
         ins = incoming.get(peer, [])
         sizes = [_numel(shape) for shape, _ in ins]
@@ -65,13 +81,16 @@ def exchange(be, members: Sequence[int], outgoing: dict, incoming: dict) -> dict
         def do_send():
             if outs:
                 be.send(outs[0] if len(outs) == 1 else be.concat_flat(outs, outs[0]), peer)
+            elif lockstep:
+                be.send(be.full((1,), 0, be.like), peer)
 
         def do_recv():
             total = sum(sizes)
-            if not ins:
-                return
             if not total:
-                got[peer] = [be.empty(shape, like) for shape, like in ins]
+                if lockstep:
+                    be.recv(1, be.like, peer, count=False)
+                if ins:
+                    got[peer] = [be.empty(shape, like) for shape, like in ins]
                 return
             buf = be.recv(total, ins[0][1], peer)
             parts = be.split_flat(buf, sizes) if len(ins) > 1 else [buf]
@@ -84,6 +103,12 @@ def exchange(be, members: Sequence[int], outgoing: dict, incoming: dict) -> dict
             do_recv()
             do_send()
     return got
+
+
+def _idle(be, phases: int = 1) -> None:
+    """A rank outside this step's mesh still walks the exchange rounds (lockstep backends)."""
+    for _ in range(phases):
+        exchange(be, (), {}, {})
 
 
 def _numel(shape) -> int:
@@ -110,7 +135,7 @@ def _all_gather(be, geo, step, local):
     a, b = geo.spec(step.mesh, step.src), geo.spec(step.mesh, step.dst)
     c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
     if c is None:
-        return None
+        return _idle(be)
     m = step.mesh_dim
     coords, ranks = _group(geo, step.mesh, c, m)
     boxes = [a.local_slices(cj) for cj in coords]
@@ -134,7 +159,7 @@ def _all_gather(be, geo, step, local):
 def _all_reduce(be, geo, step, local):
     c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
     if c is None:
-        return None
+        return _idle(be, 2)
     m, op = step.mesh_dim, step.src[step.mesh_dim].op
     coords, ranks = _group(geo, step.mesh, c, m)
     n = len(ranks)
@@ -159,7 +184,7 @@ def _reduce_scatter(be, geo, step, local):
     a, b = geo.spec(step.mesh, step.src), geo.spec(step.mesh, step.dst)
     c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
     if c is None:
-        return None
+        return _idle(be)
     m, op = step.mesh_dim, step.src[step.mesh_dim].op
     coords, ranks = _group(geo, step.mesh, c, m)
     k, have = c[m], a.local_slices(c)
@@ -176,7 +201,7 @@ def _all_to_all(be, geo, step, local):
     a, b = geo.spec(step.mesh, step.src), geo.spec(step.mesh, step.dst)
     c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
     if c is None:
-        return None
+        return _idle(be)
     m = step.mesh_dim
     coords, ranks = _group(geo, step.mesh, c, m)
     base = c[:m] + (0,) + c[m + 1:]
@@ -263,12 +288,10 @@ def _p2p(be, geo, step, local):
         elif p.dst_rank == be.rank:
             incoming.setdefault(p.src_rank, []).append((box_shape(p.box), out))
             places.setdefault(p.src_rank, []).append(relative(p.box, want))
-    members = sorted(set(a_ranks) | set(b_ranks))
-    if be.rank in members:
-        got = exchange(be, members, outgoing, incoming)
-        for r, rels in places.items():
-            for rel, part in zip(rels, got[r]):
-                be.put(out, rel, part)
+    got = exchange(be, sorted(set(a_ranks) | set(b_ranks)), outgoing, incoming)
+    for r, rels in places.items():
+        for rel, part in zip(rels, got[r]):
+            be.put(out, rel, part)
     return out
 
 
@@ -283,11 +306,9 @@ def _transfer(be, geo, step, local):
             outgoing.setdefault(d, []).append(local)
         elif d == be.rank:
             incoming.setdefault(s, []).append((b.local_shape(cb), be.like if local is None else local))
-    members = sorted(set(geo.src_ranks) | set(geo.dst_ranks))
-    if be.rank in members:
-        got = exchange(be, members, outgoing, incoming)
-        for r, parts in got.items():
-            result = parts[0]
+    got = exchange(be, sorted(set(geo.src_ranks) | set(geo.dst_ranks)), outgoing, incoming)
+    for r, parts in got.items():
+        result = parts[0]
     return result
 
 

@@ -47,9 +47,12 @@ class _World:
 class NumpyBackend:
     """Array ops on numpy plus simulated gloo communication (see :mod:`.engine`)."""
 
-    def __init__(self, rank: int, world: _World, like: np.ndarray, stats: dict | None):
+    def __init__(self, rank: int, world: _World, like: np.ndarray, stats: dict | None,
+                 lockstep: bool = False):
         self.rank, self._w, self.like, self._stats = rank, world, like, stats
         self.world = world.ranks
+        self.lockstep = lockstep
+        self._seq = 0  # gloo-like per-group sequence number of point-to-point calls
 
     # arrays
     @staticmethod
@@ -111,19 +114,26 @@ class NumpyBackend:
 
     def send(self, x, peer):
         done = threading.Event()
-        self._w.boxes[(self.rank, peer)].put((np.array(x, copy=True), done))
+        self._w.boxes[(self.rank, peer)].put((np.array(x, copy=True), done, self._seq))
+        self._seq += 1
         if not done.wait(self._w.timeout):
             raise SimulationError(f"rank {self.rank}: send to rank {peer} was never received (deadlock)")
 
-    def recv(self, numel, like, peer):
+    def recv(self, numel, like, peer, count: bool = True):
         try:
-            x, done = self._w.boxes[(peer, self.rank)].get(timeout=self._w.timeout)
+            x, done, seq = self._w.boxes[(peer, self.rank)].get(timeout=self._w.timeout)
         except queue.Empty:
             raise SimulationError(f"rank {self.rank}: nothing arrived from rank {peer} (deadlock)") from None
         done.set()
+        mine, self._seq = self._seq, self._seq + 1
+        if self.lockstep and seq != mine:
+            raise SimulationError(
+                f"rank {self.rank}: message from rank {peer} has sequence number {seq}, this rank "
+                f"expects {mine}; on gloo this message would never match (timeout)")
         if x.size != numel:
             raise SimulationError(f"rank {self.rank}: expected {numel} elements from rank {peer}, got {x.size}")
-        self.count(x.nbytes)
+        if count:
+            self.count(x.nbytes)
         return x.reshape(-1)
 
     def _world_group(self, members) -> bool:
@@ -163,12 +173,14 @@ def _reduce_in_order(parts, op):
 
 def simulate_reshard(local: Mapping[tuple, np.ndarray], src: DistSpec, dst: DistSpec, *,
                      src_ranks: Sequence[int] | None = None, dst_ranks: Sequence[int] | None = None,
-                     plan=None, stats: dict | None = None, timeout: float = 20.0) -> dict:
+                     plan=None, stats: dict | None = None, timeout: float = 20.0,
+                     lockstep: bool | None = None) -> dict:
     """Run the plan from ``src`` to ``dst`` on simulated ranks.
 
     ``local`` maps source mesh coordinates to arrays (e.g. ``testing.simulate.shard_dense``).
     Returns the destination mesh coordinates' arrays. ``stats``, if given, receives each global
-    rank's received bytes.
+    rank's received bytes. ``lockstep`` (default: when the simulated world is even) runs the
+    exchanges as the gloo backend does and checks gloo's per-group message sequence numbers.
     """
     s_ranks = _ranks(src_ranks, src.mesh_shape, "source")
     d_ranks = _ranks(dst_ranks if dst_ranks is not None else
@@ -178,6 +190,8 @@ def simulate_reshard(local: Mapping[tuple, np.ndarray], src: DistSpec, dst: Dist
         plan = plan_reshard(src, dst, src_ranks=s_ranks, dst_ranks=d_ranks, itemsize=first.itemsize)
     geo = Geometry(src.shape, src.mesh_shape, s_ranks, dst.mesh_shape, d_ranks)
     world = _World(set(s_ranks) | set(d_ranks), timeout)
+    if lockstep is None:
+        lockstep = len(world.ranks) % 2 == 0
     like = np.zeros(0, dtype=next(iter(local.values())).dtype)
     results: dict = {}
     errors: list = []
@@ -185,7 +199,7 @@ def simulate_reshard(local: Mapping[tuple, np.ndarray], src: DistSpec, dst: Dist
     def run(rank):
         c = coord_in(s_ranks, src.mesh_shape, rank)
         mine = None if c is None else np.asarray(local[c])
-        be = NumpyBackend(rank, world, like, stats)
+        be = NumpyBackend(rank, world, like, stats, lockstep)
         try:
             results[rank] = execute(be, geo, plan, mine)
         except BaseException as exc:  # reported below with the rank

@@ -1,0 +1,88 @@
+"""Route Paddle's ``dist.reshard`` through paddle-ext in dygraph (opt-in, reversible).
+
+``install_reshard()`` rebinds the two names Paddle's own code calls:
+
+* ``paddle.distributed.reshard`` -- user code and ``ShardingStage1`` (``dist.reshard`` in
+  ``_fused_comm_before_apply_optimize`` and the P->S grad conversion);
+* ``paddle.distributed.auto_parallel.api.reshard`` -- the module global that ``ShardingStage2/3``'s
+  gradient hooks call (``reshard(grad, grad.process_mesh, new_placements)``).
+
+With both bound, P->S (reduce_scatter, no CPU kernel in Paddle 3.3.1) runs as point-to-point, so
+``shard_optimizer`` with ShardingStage1/2/3 trains on CPU and stage 2/3 keep only their shard of
+the gradients. Static graphs (``dist.to_static``/PIR) and tensors paddle-ext cannot express (e.g.
+split_factor shards, which fail conversion before any data moves) still go to Paddle's original.
+``uninstall_reshard()`` restores the originals.
+"""
+from __future__ import annotations
+
+from ..compat.version import require_paddle
+from ..errors import ConversionError
+
+_SAVED: dict = {}
+
+
+def original_reshard():
+    """Paddle's own ``dist.reshard`` (even while paddle-ext's is installed)."""
+    paddle = require_paddle("paddle_ext.reshard.install")
+    return _SAVED.get("dist") or paddle.distributed.reshard
+
+
+def _make(original, check: bool):
+    import paddle
+
+    from .dygraph import reshard as ext_reshard
+
+    def reshard(dist_tensor, mesh, placements):
+        if not paddle.in_dynamic_mode() or not getattr(dist_tensor, "is_dist", lambda: False)():
+            return original(dist_tensor, mesh, placements)
+        try:
+            from ..compat.convert import from_paddle_placements
+
+            from_paddle_placements(list(placements))
+            from_paddle_placements(list(dist_tensor.placements))
+        except ConversionError:
+            return original(dist_tensor, mesh, placements)
+        return ext_reshard(dist_tensor, mesh, placements, check=check)
+
+    reshard.__doc__ = (original.__doc__ or "") + "\n(paddle-ext: dygraph reshards use paddle_ext.reshard)"
+    reshard.__wrapped__ = original
+    reshard._paddle_ext = True
+    return reshard
+
+
+def install_reshard(check: bool = False) -> bool:
+    """Make ``dist.reshard`` (and ShardingStage1/2/3's calls) use paddle-ext in dygraph.
+
+    ``check`` turns on the cross-rank metadata check for every call (a small point-to-point
+    exchange); it is off by default here because Paddle's own callers are consistent by
+    construction. Returns True if this call installed it, False if it already was.
+    """
+    paddle = require_paddle("paddle_ext.install_reshard")
+    from paddle.distributed.auto_parallel import api
+
+    if _SAVED:
+        return False
+    _SAVED["dist"] = paddle.distributed.reshard
+    _SAVED["api"] = api.reshard
+    ours = _make(_SAVED["dist"], check)
+    paddle.distributed.reshard = ours
+    api.reshard = ours
+    return True
+
+
+def uninstall_reshard() -> None:
+    """Restore Paddle's ``dist.reshard`` and ``auto_parallel.api.reshard``."""
+    if not _SAVED:
+        return
+    import paddle
+    from paddle.distributed.auto_parallel import api
+
+    paddle.distributed.reshard = _SAVED.pop("dist")
+    api.reshard = _SAVED.pop("api")
+
+
+def is_installed() -> bool:
+    return bool(_SAVED)
+
+
+__all__ = ["install_reshard", "is_installed", "original_reshard", "uninstall_reshard"]
