@@ -25,7 +25,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from paddle_ext.errors import ScheduleError
 
-__all__ = ["split_sizes", "split_model", "stage_indices", "v_shape_stage_indices",
+__all__ = ["split_sizes", "split_model", "stage_indices", "v_shape_stage_indices", "pipeline_group",
            "interleaved_stage_indices", "build_stages"]
 
 
@@ -127,3 +127,32 @@ def build_stages(pieces: Sequence, schedule: str, rank: int, n_ranks: int, n_chu
                             f"model pieces, got {len(pieces)}; split the model with split_model(layers, {n_stages})")
     stage_cls = pipeline_stage_class()
     return [stage_cls(pieces[i], i, n_stages, group=group) for i in indices]
+
+
+def pipeline_group(mesh, dim: str = "pp"):
+    """This rank's pipeline group: the ranks that differ from it only along ``dim`` of ``mesh``.
+
+    Every rank creates every such group in the same order (Paddle's ``new_group`` numbers groups
+    by a running counter), with a world barrier after each: on gloo, groups of different members
+    built back to back fail to connect. Pass the result as ``PipelineStage(..., group=...)``.
+    """
+    import numpy as np
+    import paddle.distributed as dist
+
+    names = list(mesh.dim_names)
+    if dim not in names:
+        raise ScheduleError(f"mesh dims {names} have no {dim!r}; name the pipeline dim of the mesh {dim!r}")
+    ids = np.array(mesh.process_ids).reshape(mesh.shape)
+    lines = np.moveaxis(ids, names.index(dim), -1).reshape(-1, ids.shape[names.index(dim)])
+    mine = None
+    for line in lines.tolist():
+        if line != sorted(line):
+            raise ScheduleError(f"the ranks along {dim!r} are {line}, not increasing: Paddle numbers a group's ranks "
+                                "in sorted order, so pipeline rank i must be the i-th smallest; reorder the mesh")
+        group = dist.new_group(line)
+        dist.barrier()
+        if dist.get_rank() in line:
+            mine = group
+    if mine is None:
+        raise ScheduleError(f"rank {dist.get_rank()} is not in mesh {ids.tolist()}; build the mesh over every rank")
+    return mine

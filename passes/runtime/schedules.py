@@ -29,7 +29,7 @@ as one ``batch_isend_irecv`` (deadlocks on gloo), cannot split the backward and 
 >>> get_schedule("ZB-H3")
 Traceback (most recent call last):
 ...
-paddle_ext.errors.ScheduleError: unknown schedule 'ZB-H3' (did you mean ZBH1, ZBH2?); known schedules: FThenB (alias GPipe), 1F1B, VPP (alias Interleaved1F1B), LoopedBFS, ZBH1, ZBH2, ZBV (alias ZBVZeroBubble), DualPipeV, InterleavedZB (alias InterleavedZeroBubble); names are case-insensitive
+paddle_ext.errors.ScheduleError: unknown schedule 'ZB-H3' (did you mean ...?); known schedules: FThenB (alias GPipe), 1F1B, VPP ...; names are case-insensitive
 """
 from __future__ import annotations
 
@@ -185,10 +185,9 @@ class PipelineScheduleRuntime:
             raise ScheduleError(f"{name}: stage indices {indices} repeat on pipeline rank {self.pp_rank}")
         if n_stages != p * v:
             raise ScheduleError(
-                f"{name}: the model is split into {n_stages} stages but {p} pipeline ranks x {v} stage(s) given on "
-                f"this rank = {p * v}; give every rank {n_stages // p if n_stages % p == 0 else '?'} stages "
-                f"(split_model(layers, {p * v}) for {v} per rank), or use a schedule made for "
-                f"{self.info.default_chunks} stage(s) per rank")
+                f"{name}: the model is split into {n_stages} stages, but {p} pipeline ranks x {v} stage(s) on this "
+                f"rank make {p * v}; split the model with split_model(layers, {p * v}) and give each rank {v} "
+                f"stage(s) ({name} places {self.info.default_chunks} per rank by default)")
         compute = self.info.generate(p, m, v)
         self.stage_to_rank = {}
         for rank, actions in compute.items():
@@ -274,14 +273,14 @@ class PipelineScheduleRuntime:
         from paddle_ext.compat import pipelining as pl
 
         m, name = self._n_microbatches, self.info.name
-        for label, values, needed in (("input", (args, kwargs), first and bool(args or kwargs)),
+        for label, values, needed in (("args", list(args), first), ("kwargs", kwargs, first),
                                       ("target", target, last and target is not None)):
             if not needed:
                 continue
             for path, rows in _batch_rows(values):
                 if rows is None or rows % m:
                     raise ScheduleError(
-                        f"{name}: the {label}{path} has {rows} rows (dim 0), which does not split into {m} equal "
+                        f"{name}: {label}{path} has {rows} rows (dim 0), which does not split into {m} equal "
                         f"microbatches; use a batch size that is a multiple of {m} or an n_microbatches that divides "
                         f"{rows}")
         if first and not (args or kwargs):

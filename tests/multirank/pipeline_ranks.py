@@ -127,3 +127,134 @@ def run_grid(configs, steps=2, lr=0.1):
         result["n_losses"] = len(losses)
         out.append(result)
     return out
+
+
+def _full(t):
+    """A tensor's global value as numpy (DistTensors are made Replicate first)."""
+    import paddle.distributed as dist
+
+    if t.is_dist():
+        t = dist.reshard(t, t.process_mesh, [dist.Replicate()] * len(t.placements))
+        return t._local_value().numpy()
+    return t.numpy()
+
+
+def run_pp_tp(names, m=4, steps=2, lr=0.1):
+    """pp2 x tp2 on 4 ranks: Megatron-style column/row parallel MLP blocks as DistTensors on
+    each stage's tp sub-mesh; compare losses, gradients and updated parameters with dense."""
+    import paddle
+    import paddle.distributed as dist
+    import paddle.nn as nn
+    import paddle.nn.functional as F
+
+    from paddle_ext.passes.runtime import get_schedule, pipeline_group, split_model, stage_indices
+
+    class TPBlock(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(H, 2 * H), nn.Linear(2 * H, H)
+
+        def forward(self, x):
+            return x + self.fc2(F.gelu(self.fc1(x)))
+
+    mesh = dist.ProcessMesh([[0, 1], [2, 3]], dim_names=["pp", "tp"])
+    dist.auto_parallel.set_mesh(mesh)
+    group = pipeline_group(mesh, "pp")
+    rank = dist.get_rank()
+    pp_rank = rank // 2
+    out = []
+    for name in names:
+        v = 2 if name in ("ZBV", "DualPipeV", "VPP", "LoopedBFS", "InterleavedZB") else 1
+        n_stages = 2 * v
+        paddle.seed(11)
+        ref_blocks = [TPBlock() for _ in range(n_stages)]
+        paddle.seed(11)
+        pipe_blocks = [TPBlock() for _ in range(n_stages)]
+        mine = stage_indices(name, pp_rank, 2, v)
+        sub = mesh.get_mesh_with_dim("pp", pp_rank)
+        for i in mine:
+            b = pipe_blocks[i]
+            b.fc1.weight = dist.shard_tensor(b.fc1.weight, sub, [dist.Shard(1)])
+            b.fc1.bias = dist.shard_tensor(b.fc1.bias, sub, [dist.Shard(0)])
+            b.fc2.weight = dist.shard_tensor(b.fc2.weight, sub, [dist.Shard(0)])
+            b.fc2.bias = dist.shard_tensor(b.fc2.bias, sub, [dist.Replicate()])
+        pieces = split_model(pipe_blocks, n_stages)
+        from paddle_ext.compat.pipelining import pipeline_stage_class
+
+        stages = [pipeline_stage_class()(pieces[i], i, n_stages, group=group) for i in mine]
+        sched = get_schedule(name)(stages, m, loss_fn=F.mse_loss)
+        ref_params = [q for i in mine for q in ref_blocks[i].parameters()]
+        pipe_params = [q for i in mine for q in pipe_blocks[i].parameters()]
+        ref_opt = paddle.optimizer.SGD(lr, parameters=[q for b in ref_blocks for q in b.parameters()])
+        pipe_opt = paddle.optimizer.SGD(lr, parameters=pipe_params)
+        errs = {"loss": 0.0, "grad": 0.0, "param": 0.0, "dist_params": all(q.is_dist() for q in pipe_params)}
+        for step in range(steps):
+            x, y = _data([None, H], 2 * m, seed=200 + step)
+            ref_losses = _reference(ref_blocks, x, y, m, F.mse_loss)
+            losses = []
+            if 0 in mine and n_stages - 1 in mine:
+                sched.step(x, target=y, losses=losses)
+            elif 0 in mine:
+                sched.step(x)
+            else:
+                sched.step(target=y, losses=losses)
+            if losses:
+                errs["loss"] = max(errs["loss"], _rel([float(_full(v)) for v in losses], ref_losses))
+            for a, b in zip(pipe_params, ref_params):
+                errs["grad"] = max(errs["grad"], _rel(_full(a.grad), b.grad.numpy()))
+            ref_opt.step()
+            ref_opt.clear_grad()
+            pipe_opt.step()
+            pipe_opt.clear_grad()
+            for a, b in zip(pipe_params, ref_params):
+                errs["param"] = max(errs["param"], _rel(_full(a), b.numpy()))
+        out.append({"name": name, "rank": rank, **errs})
+    return out
+
+
+def run_bad_inputs():
+    """Each bad configuration must raise ScheduleError on every rank (no hang); afterwards a good
+    schedule still runs. Returns {case: error text or 'no error'} for this rank."""
+    import paddle
+    import paddle.distributed as dist
+    import paddle.nn.functional as F
+
+    from paddle_ext.compat.pipelining import pipeline_stage_class
+    from paddle_ext.errors import ScheduleError
+    from paddle_ext.passes.runtime import get_schedule
+
+    Stage = pipeline_stage_class()
+    rank = dist.get_rank()
+    block_cls, _ = _models()["mlp"]
+
+    def stages_for(indices, n_stages):
+        paddle.seed(3)
+        blocks = [block_cls() for _ in range(n_stages)]
+        return [Stage(blocks[i], i, n_stages) for i in indices]
+
+    def attempt(fn):
+        try:
+            fn()
+        except ScheduleError as exc:
+            return str(exc)
+        return "no error"
+
+    x, y = _data([None, H], 8, seed=5)
+    x6, _ = _data([None, H], 6, seed=5)
+    out = {}
+    out["split"] = attempt(lambda: get_schedule("1F1B")(stages_for([rank], 3), 4, loss_fn=F.mse_loss))
+    out["placement"] = attempt(lambda: get_schedule("VPP")(stages_for([2 * rank, 2 * rank + 1], 4), 4,
+                                                           loss_fn=F.mse_loss))
+    out["constraint_vpp"] = attempt(lambda: get_schedule("VPP")(stages_for([rank, rank + 2], 4), 3,
+                                                                loss_fn=F.mse_loss))
+    out["constraint_dualpipev"] = attempt(lambda: get_schedule("DualPipeV")(stages_for([rank, 3 - rank], 4), 2,
+                                                                            loss_fn=F.mse_loss))
+    out["mismatch"] = attempt(lambda: get_schedule("1F1B")(stages_for([rank], 2), 4 if rank == 0 else 8,
+                                                           loss_fn=F.mse_loss))
+    sched = get_schedule("1F1B")(stages_for([rank], 2), 4, loss_fn=F.mse_loss)
+    out["batch"] = attempt(lambda: sched.step(x6) if rank == 0 else sched.step(target=y, losses=[]))
+    out["target"] = attempt(lambda: sched.step(x) if rank == 0 else sched.step())
+    losses = []
+    sched.step(x) if rank == 0 else sched.step(target=y, losses=losses)
+    out["after"] = [float(v) for v in losses]
+    return out

@@ -70,3 +70,36 @@ def test_every_schedule_on_4_ranks_matches_single_process(tmp_path):
     per_rank = run_ranks(pr.run_grid, nproc=4, args=(configs,), timeout=300, log_dir=tmp_path / "log")
     passed = _check(per_rank, 4)
     assert passed == {(n, k) for n in NAMES for k in ("mlp", "transformer")}
+
+
+def test_pipeline_times_tensor_parallel_on_4_ranks(tmp_path):
+    """pp2 x tp2: DistTensor parameters on each stage's tp sub-mesh, split backward and V shape included."""
+    names = ["1F1B", "ZBH1", "ZBV"]
+    per_rank = run_ranks(pr.run_pp_tp, nproc=4, args=(names,), timeout=240, log_dir=tmp_path / "log")
+    for results in per_rank:
+        assert [r["name"] for r in results] == names
+        for r in results:
+            assert r["dist_params"], r
+            assert r["loss"] < TOL and r["grad"] < TOL and r["param"] < TOL, r
+
+
+def test_bad_inputs_raise_on_every_rank_without_hanging(tmp_path):
+    import time
+
+    start = time.monotonic()
+    per_rank = run_ranks(pr.run_bad_inputs, nproc=2, timeout=120, log_dir=tmp_path / "log")
+    assert time.monotonic() - start < 100
+    expected = {
+        "split": "the model is split into 3 stages, but 2 pipeline ranks x 1 stage(s) on this rank make 2",
+        "placement": "VPP places stages [0, 2] on pipeline rank 0",
+        "constraint_vpp": "must be a multiple of n_ranks (2)",
+        "constraint_dualpipev": "DualPipeV: n_microbatches (--microbatches) must be >= 4",
+        "mismatch": "differs from another rank's",
+        "batch": "has 6 rows (dim 0), which does not split into 4 equal microbatches",
+        "target": "holds the last stage and a loss_fn: call step(..., target=y, losses=[]) there",
+    }
+    for rank, out in enumerate(per_rank):
+        for case, text in expected.items():
+            assert text in out[case], (rank, case, out[case])
+            assert "no rank started" in out[case], (rank, case, out[case])
+    assert len(per_rank[1]["after"]) == 4  # the pipeline still works after the errors
