@@ -41,12 +41,12 @@ rank 1  >1F1< 1B1   1F0 1B0   <-- here: 1F1 needs 0F1 (rank 0), which has not ru
 """
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from paddle_ext.errors import ScheduleError
-from paddle_ext.passes.schedule_ir import Action, Kind, format_grid
+from paddle_ext.passes.schedule_ir import COMPUTE_KINDS, Action, Kind, format_grid
 from paddle_ext.passes.validate import ScheduleShape, check_structure
 
 __all__ = ["Costs", "SimulationResult", "simulate_schedule"]
@@ -167,24 +167,38 @@ def _coerce_costs(costs) -> Costs:
 def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: float = 0.0,
                    activation_bytes: Union[float, Mapping[int, float]] = 1.0,
                    blocking_sends: bool = True) -> SimulationResult:
-    """The simulator proper, for a schedule already checked by ``check_structure``."""
+    """The simulator proper, for a schedule already checked by ``check_structure``.
+
+    Ranks are advanced one at a time, each as far as its inputs allow; a rank that must wait is
+    parked on what it waits for and woken when that happens, so every action is handled about
+    once. An input is indexed ``stage * n_microbatches + microbatch``.
+    """
     ranks = tuple(sorted(schedule))
     lists = [[a for a in schedule[r] if a is not None] for r in ranks]
     index_of = {r: i for i, r in enumerate(ranks)}
     n_stages, n_mb, lowered = shape.n_stages, shape.n_microbatches, shape.lowered
     srank = [index_of[shape.stage_to_rank[s]] for s in range(n_stages)]
-    cost = {KF: float(costs.forward), KB: float(costs.backward), KI: float(costs.backward_input),
-            KW: float(costs.backward_weight)}
+    # where a stage's forward input / backward input comes from: same rank, or over the network
+    local_prev = [s > 0 and srank[s - 1] == srank[s] for s in range(n_stages)]
+    local_next = [s + 1 < n_stages and srank[s + 1] == srank[s] for s in range(n_stages)]
+    # read the producer's finish time directly (same rank, or compute-only with latency), or
+    # wait for this rank's own receive (lowered schedule)
+    direct_prev = [local or not lowered for local in local_prev]
+    direct_next = [local or not lowered for local in local_next]
+    cost_f, cost_b = float(costs.forward), float(costs.backward)
+    cost_i, cost_w = float(costs.backward_input), float(costs.backward_weight)
     lat = float(comm_latency)
     size = n_stages * n_mb
-    f_end: List[Optional[float]] = [None] * size  # F(s, mb) finished (its rank)
-    g_end: List[Optional[float]] = [None] * size  # B or I(s, mb) finished: input grad of s exists
+    f_end: List[Optional[float]] = [None] * size  # F(s, mb) finished (on its rank)
+    g_end: List[Optional[float]] = [None] * size  # B or I(s, mb) finished: the input grad of s exists
     got_f: List[Optional[float]] = [None] * size  # RECV_F(s, mb) finished on the rank of s
     got_b: List[Optional[float]] = [None] * size  # RECV_B(s, mb) finished on the rank of s
     arrived: Dict[Tuple[Kind, int], float] = {}  # non-blocking sends: data in flight
-    posted: Dict[Tuple[Kind, int], Tuple[int, float]] = {}  # rendezvous: first side waiting
-    waiting: Dict[Tuple[str, int], List[int]] = {}
-    blocked: Dict[int, str] = {}
+    posted: Dict[Tuple[Kind, int], Tuple[int, float]] = {}  # rendezvous: the side that came first
+    wait_f: Dict[int, List[int]] = {}  # ranks parked until f_end[idx] is set
+    wait_g: Dict[int, List[int]] = {}  # ... until g_end[idx] is set
+    waiting: Dict[tuple, List[int]] = {}  # ... until a receive or a buffered send happens
+    blocked: Dict[int, tuple] = {}  # why each parked rank waits (for the deadlock report)
     n_ranks = len(ranks)
     pos = [0] * n_ranks
     clock = [0.0] * n_ranks
@@ -192,16 +206,12 @@ def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: f
     ends = [[0.0] * len(a) for a in lists]
     work = deque(range(n_ranks))
 
-    def wait(ri: int, key, why: tuple) -> None:
-        waiting.setdefault(key, []).append(ri)
+    def park(table: dict, key, ri: int, why: tuple) -> None:
+        table.setdefault(key, []).append(ri)
         blocked[ri] = why
 
-    def wake(key) -> None:
-        for rj in waiting.pop(key, ()):
-            work.append(rj)
-
-    def meet(ri: int, t: float, key, mine: Kind, peer_kind: Kind) -> Optional[float]:
-        """Rendezvous of a send and a receive; returns this side's completion time or None (posted)."""
+    def meet(ri: int, t: float, key, peer_kind: Kind) -> Optional[float]:
+        """Rendezvous of a send and a receive: this side's completion time, or None if it came first."""
         other = posted.pop(key, None)
         if other is None:
             posted[key] = (ri, t)
@@ -209,99 +219,108 @@ def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: f
             return None
         rj, tj = other
         meet_at = max(t, tj)
-        done_j = meet_at + lat if peer_kind in (RECV_F, RECV_B) else meet_at
+        peer_receives = peer_kind is RECV_F or peer_kind is RECV_B
+        done_j = meet_at + lat if peer_receives else meet_at
         p = pos[rj]
         starts[rj][p], ends[rj][p] = tj, done_j
-        if peer_kind is RECV_F:
-            got_f[key[1]] = done_j
-        elif peer_kind is RECV_B:
-            got_b[key[1]] = done_j
+        if peer_receives:
+            (got_f if peer_kind is RECV_F else got_b)[key[1]] = done_j
         clock[rj], pos[rj] = done_j, p + 1
         blocked.pop(rj, None)
         work.append(rj)
-        return meet_at + lat if mine in (RECV_F, RECV_B) else meet_at
-
-    def input_ready(ri, a, src_stage, src_idx, idx, table, got):
-        """When the input made by ``src_stage`` is usable by ``a`` on rank ``ri`` (None: not yet)."""
-        forward = table is f_end
-        if srank[src_stage] != ri and lowered:
-            dep = got[idx]
-            if dep is None:
-                recv = RECV_F if forward else RECV_B
-                wait(ri, (recv, idx), ("recv", a, recv))
-            return dep
-        dep = table[src_idx]
-        if dep is None:
-            where = "same rank" if srank[src_stage] == ri else f"rank {ranks[srank[src_stage]]}"
-            wait(ri, ("F" if forward else "G", src_idx), ("input", a, _producer(src_stage, a, forward), where))
-            return None
-        return dep if srank[src_stage] == ri else dep + lat
+        return meet_at if peer_receives else meet_at + lat
 
     while work:
         ri = work.popleft()
         acts, p, t, n = lists[ri], pos[ri], clock[ri], len(lists[ri])
+        my_starts, my_ends = starts[ri], ends[ri]
         while p < n:
             a = acts[p]
-            k, s = a.kind, a.stage
-            idx = s * n_mb + a.microbatch
+            s, k, mb = a
+            idx = s * n_mb + mb
             start = t
             if k is KF:
-                if s > 0:
-                    dep = input_ready(ri, a, s - 1, idx - n_mb, idx, f_end, got_f)
-                    if dep is None:
-                        break
-                    start = dep if dep > t else t
-                t = start + cost[k]
+                if s:
+                    if direct_prev[s]:
+                        dep = f_end[idx - n_mb]
+                        if dep is None:
+                            park(wait_f, idx - n_mb, ri, ("input", a, f"{s - 1}F{mb}", _where(local_prev[s], ranks,
+                                                                                             srank[s - 1])))
+                            break
+                        if not local_prev[s]:
+                            dep += lat
+                    else:
+                        dep = got_f[idx]
+                        if dep is None:
+                            park(waiting, (RECV_F, idx), ri, ("recv", a, RECV_F))
+                            break
+                    if dep > t:
+                        start = dep
+                t = start + cost_f
                 f_end[idx] = t
-                wake(("F", idx))
+                if wait_f and idx in wait_f:
+                    work.extend(wait_f.pop(idx))
             elif k is KB or k is KI:
                 if f_end[idx] is None:
-                    wait(ri, ("F", idx), ("input", a, f"{s}F{a.microbatch}", "same rank"))
+                    park(wait_f, idx, ri, ("input", a, f"{s}F{mb}", "same rank"))
                     break
                 if s + 1 < n_stages:
-                    dep = input_ready(ri, a, s + 1, idx + n_mb, idx, g_end, got_b)
-                    if dep is None:
-                        break
-                    start = dep if dep > t else t
-                t = start + cost[k]
+                    if direct_next[s]:
+                        dep = g_end[idx + n_mb]
+                        if dep is None:
+                            park(wait_g, idx + n_mb, ri, ("input", a, f"{s + 1}B{mb} or {s + 1}I{mb}",
+                                                          _where(local_next[s], ranks, srank[s + 1])))
+                            break
+                        if not local_next[s]:
+                            dep += lat
+                    else:
+                        dep = got_b[idx]
+                        if dep is None:
+                            park(waiting, (RECV_B, idx), ri, ("recv", a, RECV_B))
+                            break
+                    if dep > t:
+                        start = dep
+                t = start + (cost_b if k is KB else cost_i)
                 g_end[idx] = t
-                wake(("G", idx))
+                if wait_g and idx in wait_g:
+                    work.extend(wait_g.pop(idx))
             elif k is KW:
                 if g_end[idx] is None:
-                    wait(ri, ("G", idx), ("input", a, f"{s}I{a.microbatch}", "same rank"))
+                    park(wait_g, idx, ri, ("input", a, f"{s}I{mb}", "same rank"))
                     break
-                t = start + cost[k]
-            else:  # communication
-                made = f_end if k is SEND_F else g_end if k is SEND_B else None
-                if made is not None and made[idx] is None:
-                    wait(ri, ("F" if k is SEND_F else "G", idx), ("unsent", a))
+                t = start + cost_w
+            elif k is SEND_F or k is SEND_B:
+                made, table = (f_end, wait_f) if k is SEND_F else (g_end, wait_g)
+                if made[idx] is None:
+                    park(table, idx, ri, ("unsent", a))
                     break
-                if k is SEND_F or k is SEND_B:
-                    key = (RECV_F, idx + n_mb) if k is SEND_F else (RECV_B, idx - n_mb)
-                    if blocking_sends:
-                        done = meet(ri, t, key, k, key[0])
-                        if done is None:
-                            starts[ri][p] = t
-                            break
-                        t = done
-                    else:
-                        arrived[key] = t + lat
-                        wake(key)
-                else:
-                    key = (k, idx)
-                    if blocking_sends:
-                        done = meet(ri, t, key, k, SEND_F if k is RECV_F else SEND_B)
-                        if done is None:
-                            starts[ri][p] = t
-                            break
-                    else:
-                        if key not in arrived:
-                            wait(ri, key, ("send", a))
-                            break
-                        done = max(t, arrived[key])
-                    (got_f if k is RECV_F else got_b)[idx] = done
+                key = (RECV_F, idx + n_mb) if k is SEND_F else (RECV_B, idx - n_mb)
+                if blocking_sends:
+                    done = meet(ri, t, key, key[0])
+                    if done is None:
+                        my_starts[p] = t
+                        break
                     t = done
-            starts[ri][p], ends[ri][p] = start, t
+                else:
+                    arrived[key] = t + lat
+                    if key in waiting:
+                        work.extend(waiting.pop(key))
+            else:  # RECV_F or RECV_B
+                key = (k, idx)
+                if blocking_sends:
+                    done = meet(ri, t, key, SEND_F if k is RECV_F else SEND_B)
+                    if done is None:
+                        my_starts[p] = t
+                        break
+                else:
+                    if key not in arrived:
+                        park(waiting, key, ri, ("send", a))
+                        break
+                    done = max(t, arrived[key])
+                (got_f if k is RECV_F else got_b)[idx] = done
+                t = done
+            my_starts[p] = start
+            my_ends[p] = t
             p += 1
         else:
             blocked.pop(ri, None)
@@ -310,12 +329,11 @@ def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: f
     stuck = [i for i in range(n_ranks) if pos[i] < len(lists[i])]
     if stuck:
         _raise_deadlock(schedule, ranks, lists, pos, stuck, blocked)
-    return _result(ranks, lists, starts, ends, cost, shape, activation_bytes)
+    return _result(ranks, lists, starts, ends, costs, shape, activation_bytes)
 
 
-def _producer(stage: int, a: Action, forward: bool) -> str:
-    mb = a.microbatch
-    return f"{stage}F{mb}" if forward else f"{stage}B{mb} or {stage}I{mb}"
+def _where(local: bool, ranks, producer_index: int) -> str:
+    return "same rank" if local else f"rank {ranks[producer_index]}"
 
 
 def _explain(action: Action, why) -> str:
@@ -347,40 +365,34 @@ def _raise_deadlock(schedule, ranks, lists, pos, stuck, blocked) -> None:
                         f"marked '<-- here' so that what each waits for comes first\n{grid}")
 
 
-def _result(ranks, lists, starts, ends, cost, shape, activation_bytes) -> SimulationResult:
+def _result(ranks, lists, starts, ends, costs: Costs, shape, activation_bytes) -> SimulationResult:
     if isinstance(activation_bytes, Mapping):
         size_of = [float(activation_bytes.get(s, 0.0)) for s in range(shape.n_stages)]
     else:
         size_of = [float(activation_bytes)] * shape.n_stages
     busy, spans, peaks, peak_bytes = [], [], [], []
-    makespan = 0.0
     for acts, st, en in zip(lists, starts, ends):
-        total, first, last = 0.0, None, 0.0
+        kinds = Counter([a[1] for a in acts])
+        busy.append(sum(costs.of(kind) * count for kind, count in kinds.items()))
+        first = next((i for i, a in enumerate(acts) if a[1] in COMPUTE_KINDS), None)
+        last = next((i for i in range(len(acts) - 1, -1, -1) if acts[i][1] in COMPUTE_KINDS), None)
+        spans.append(en[last] - st[first] if first is not None else 0.0)
         live = peak = 0
         live_b = peak_b = 0.0
-        for a, s0, e0 in zip(acts, st, en):
-            k = a.kind
-            c = cost.get(k)
-            if c is None:
-                continue
-            total += c
-            if first is None:
-                first = s0
-            last = e0
+        for s, k, _ in acts:  # an activation lives from its F to its W (split) or B (full)
             if k is KF:
                 live += 1
-                live_b += size_of[a.stage]
-                peak = max(peak, live)
-                peak_b = max(peak_b, live_b)
+                live_b += size_of[s]
+                if live > peak:
+                    peak = live
+                if live_b > peak_b:
+                    peak_b = live_b
             elif k is KW or k is KB:
                 live -= 1
-                live_b -= size_of[a.stage]
-        busy.append(total)
-        spans.append(last - first if first is not None else 0.0)
+                live_b -= size_of[s]
         peaks.append(peak)
         peak_bytes.append(peak_b)
-        if en:
-            makespan = max(makespan, max(en))
+    makespan = max((max(en) for en in ends if en), default=0.0)
     return SimulationResult(ranks=ranks, actions=tuple(tuple(a) for a in lists),
                             starts=tuple(tuple(x) for x in starts), ends=tuple(tuple(x) for x in ends),
                             makespan=makespan, busy=tuple(busy), spans=tuple(spans),

@@ -63,113 +63,139 @@ def check_structure(schedule: Mapping[int, Sequence[Optional[Action]]], n_stages
     """All the static checks of :func:`validate_schedule` (everything but cross-rank progress)."""
     if not isinstance(schedule, Mapping) or not schedule:
         raise ScheduleError(f"a schedule is a non-empty dict {{rank: [Action | None, ...]}}, got {type(schedule).__name__}")
-    where: Dict[Tuple[Kind, int, int], Tuple[int, int]] = {}
+    per_rank = []  # (rank, [(action, step), ...])
     stage_rank: Dict[int, int] = {}
-    lowered = False
     for rank, actions in schedule.items():
         if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
             raise ScheduleError(f"schedule keys are ranks (ints >= 0), got {rank!r}")
-        for step, a in enumerate(actions):
-            if a is None:
-                continue
-            if not isinstance(a, Action):
-                _fail(schedule, f"rank {rank} step {step}: {a!r} is not an Action; build actions with "
-                      "Action(stage, Kind.F, microbatch) or Action.from_str('0F0')")
-            if a.stage < 0 or a.microbatch < 0:
-                _fail(schedule, f"rank {rank} step {step}: {a} has a negative stage or microbatch", [(rank, step)])
-            key = (a.kind, a.stage, a.microbatch)
-            if key in where:
-                first = where[key]
-                _fail(schedule, f"{a} appears twice (rank {first[0]} step {first[1]} and rank {rank} step {step}); "
-                      "each action runs exactly once: remove one", [first, (rank, step)])
-            where[key] = (rank, step)
-            owner = stage_rank.setdefault(a.stage, rank)
-            if owner != rank:
-                _fail(schedule, f"stage {a.stage} has actions on rank {owner} and rank {rank} (step {step}: {a}); "
-                      "a stage runs on exactly one rank: move its actions to one rank", [(rank, step)])
-            lowered = lowered or a.kind in COMM_KINDS
-
+        steps = [(a, step) for step, a in enumerate(actions) if a is not None]
+        wrong = next(((a, step) for a, step in steps if type(a) is not Action), None)
+        if wrong is not None:
+            _fail(schedule, f"rank {rank} step {wrong[1]}: {wrong[0]!r} is not an Action; build actions with "
+                  "Action(stage, Kind.F, microbatch) or Action.from_str('0F0')")
+        per_rank.append((rank, steps))
+        for stage in {a[0] for a, _ in steps}:
+            if stage_rank.setdefault(stage, rank) != rank:
+                step = next(step for a, step in steps if a[0] == stage)
+                _fail(schedule, f"stage {stage} has actions on rank {stage_rank[stage]} and rank {rank} (step {step}: "
+                      f"{actions[step]}); a stage runs on exactly one rank: move its actions to one rank",
+                      [(rank, step)])
+    if not stage_rank:
+        raise ScheduleError("the schedule has no actions; generate one with generate_schedule(name, p, m)")
+    negative = next((a for _, steps in per_rank for a, _ in steps if a.stage < 0 or a.microbatch < 0), None)
+    if negative is not None:
+        _fail(schedule, f"{negative} has a negative stage or microbatch; stages and microbatches count from 0")
     n_found = max(stage_rank) + 1
-    if n_stages is None:
-        n_stages = n_found
+    n_stages = n_found if n_stages is None else n_stages
     missing = [s for s in range(n_stages) if s not in stage_rank]
     if n_found > n_stages or missing:
         extra = sorted(s for s in stage_rank if s >= n_stages)
         _fail(schedule, f"expected stages 0..{n_stages - 1}; " + (f"stages {missing} have no actions" if missing else
               f"found stages {extra} beyond them") + "; give every stage its actions or fix n_stages")
-    mbs = {mb for (_, _, mb) in where}
-    if n_microbatches is None:
-        n_microbatches = max(mbs) + 1
-    extra_mbs = sorted(mb for mb in mbs if mb >= n_microbatches)
-    if extra_mbs:
-        kind, s, mb = next(k for k in where if k[2] == extra_mbs[0])
-        _fail(schedule, f"microbatch {mb} (in {Action(s, kind, mb)}) is out of range 0..{n_microbatches - 1}; "
-              "fix n_microbatches or the action", [where[(kind, s, mb)]])
+    top = max(a.microbatch for _, steps in per_rank for a, _ in steps)
+    n_microbatches = top + 1 if n_microbatches is None else n_microbatches
+    if top >= n_microbatches:
+        rank, step = next((r, step) for r, steps in per_rank for a, step in steps if a.microbatch == top)
+        _fail(schedule, f"microbatch {top} (in {schedule[rank][step]}) is out of range 0..{n_microbatches - 1}; "
+              "fix n_microbatches or the action", [(rank, step)])
 
-    def at(kind, s, mb):
-        return where.get((kind, s, mb))
+    # the step of every action, per kind, at index stage * n_microbatches + microbatch
+    n_mb = n_microbatches
+    kinds = {a[1] for _, steps in per_rank for a, _ in steps} | {F, B, I, W}
+    step_of: Dict[Kind, List[Optional[int]]] = {kind: [None] * (n_stages * n_mb) for kind in kinds}
+    for rank, steps in per_rank:
+        for (s, kind, mb), step in steps:
+            table, x = step_of[kind], s * n_mb + mb
+            if table[x] is not None:
+                first = (rank, table[x])
+                _fail(schedule, f"{Action(s, kind, mb)} appears twice (rank {rank} steps {table[x]} and {step}); "
+                      "each action runs exactly once: remove one", [first, (rank, step)] if first[1] != step else [])
+            table[x] = step
 
-    for s in range(n_stages):
+    def at(stage: int, kind: Kind, mb: int):
+        """(rank, step) of an action, or None."""
+        table = step_of.get(kind)
+        step = None if table is None else table[stage * n_mb + mb]
+        return None if step is None else (stage_rank[stage], step)
+
+    fs, bs, is_, ws = step_of[F], step_of[B], step_of[I], step_of[W]
+    for s in range(n_stages):  # this loop runs n_stages * n_microbatches times: keep it lean
         same_prev = s > 0 and stage_rank[s - 1] == stage_rank[s]
         same_next = s + 1 < n_stages and stage_rank[s + 1] == stage_rank[s]
-        for mb in range(n_microbatches):
-            f, b, i, w = at(F, s, mb), at(B, s, mb), at(I, s, mb), at(W, s, mb)
-            name = f"stage {s} microbatch {mb}"
-            if f is None:
-                _fail(schedule, f"{name}: no forward {Action(s, F, mb)}; every stage runs F once per microbatch")
-            if b is not None and (i is not None or w is not None):
-                _fail(schedule, f"{name}: has both a full backward {Action(s, B, mb)} and a split one (I/W); "
-                      "keep either B or I and W", [b])
-            if b is None and (i is None or w is None):
-                lacking = "a backward (B, or I and W)" if i is None and w is None else ("I" if i is None else "W")
-                _fail(schedule, f"{name}: missing {lacking}; every stage and microbatch needs one B, or one I and one W",
-                      [p for p in (f, i, w) if p])
-            back = b or i
-            if back[1] < f[1]:
-                _fail(schedule, f"{name}: {Action(s, B if b else I, mb)} (rank {back[0]} step {back[1]}) runs before "
-                      f"{Action(s, F, mb)} (step {f[1]}); put F before the backward", [back])
-            if w is not None and w[1] < i[1]:
-                _fail(schedule, f"{name}: {Action(s, W, mb)} (rank {w[0]} step {w[1]}) runs before {Action(s, I, mb)} "
-                      f"(step {i[1]}); put I before W of the same stage and microbatch", [w])
-            if same_prev and where[(F, s - 1, mb)][1] > f[1]:
-                _fail(schedule, f"{name}: {Action(s, F, mb)} runs before {Action(s - 1, F, mb)} on rank {f[0]}; "
-                      f"the forward of stage {s} needs the output of stage {s - 1}", [f])
-            if same_next:
-                nxt = at(B, s + 1, mb) or at(I, s + 1, mb)
-                if nxt is not None and nxt[1] > back[1]:
-                    _fail(schedule, f"{name}: the backward of stage {s} runs before the backward of stage {s + 1} "
-                          f"on rank {back[0]}; it needs the input gradient of stage {s + 1}", [back])
-    if lowered:
-        _check_comms(schedule, where, stage_rank, n_stages, n_microbatches)
-    ranks = sorted(schedule)
-    return ScheduleShape(len(ranks), n_stages, n_microbatches, stage_rank, lowered)
+        for x in range(s * n_mb, (s + 1) * n_mb):
+            f, b, i, w = fs[x], bs[x], is_[x], ws[x]
+            if f is None or (b is None) == (i is None) or (i is None) != (w is None):
+                _fail_counts(schedule, s, x - s * n_mb, at)
+            back = i if b is None else b
+            after = None
+            if same_next:  # the backward of stage s + 1 (its counts are checked at s + 1)
+                after = bs[x + n_mb] if bs[x + n_mb] is not None else is_[x + n_mb]
+            if (back < f or (w is not None and w < i) or (same_prev and fs[x - n_mb] > f)
+                    or (after is not None and after > back)):
+                _fail_order(schedule, s, x - s * n_mb, at, same_prev)
+    comms = sorted(kinds & COMM_KINDS)
+    if comms:
+        found = [Action(x // n_mb, kind, x % n_mb) for kind in comms
+                 for x, step in enumerate(step_of[kind]) if step is not None]
+        _check_comms(schedule, at, stage_rank, n_stages, n_microbatches, found)
+    return ScheduleShape(len(schedule), n_stages, n_microbatches, stage_rank, bool(comms))
+
+
+def _fail_counts(schedule, s, mb, at) -> None:
+    f, b, i, w = at(s, F, mb), at(s, B, mb), at(s, I, mb), at(s, W, mb)
+    name = f"stage {s} microbatch {mb}"
+    if f is None:
+        _fail(schedule, f"{name}: no forward {Action(s, F, mb)}; every stage runs F once per microbatch",
+              [p for p in (b, i, w) if p])
+    if b is not None:
+        _fail(schedule, f"{name}: has both a full backward {Action(s, B, mb)} and a split one (I/W); "
+              "keep either B or I and W", [b])
+    lacking = "a backward (B, or I and W)" if i is None and w is None else ("I" if i is None else "W")
+    _fail(schedule, f"{name}: missing {lacking}; every stage and microbatch needs one B, or one I and one W",
+          [p for p in (f, i, w) if p])
+
+
+def _fail_order(schedule, s, mb, at, same_prev) -> None:
+    f, b, i, w = at(s, F, mb), at(s, B, mb), at(s, I, mb), at(s, W, mb)
+    name, back = f"stage {s} microbatch {mb}", b or i
+    if back[1] < f[1]:
+        _fail(schedule, f"{name}: {Action(s, B if b else I, mb)} (rank {back[0]} step {back[1]}) runs before "
+              f"{Action(s, F, mb)} (step {f[1]}); put F before the backward", [back])
+    if w is not None and w[1] < i[1]:
+        _fail(schedule, f"{name}: {Action(s, W, mb)} (rank {w[0]} step {w[1]}) runs before {Action(s, I, mb)} "
+              f"(step {i[1]}); put I before W of the same stage and microbatch", [w])
+    if same_prev and at(s - 1, F, mb)[1] > f[1]:
+        _fail(schedule, f"{name}: {Action(s, F, mb)} runs before {Action(s - 1, F, mb)} on rank {f[0]}; "
+              f"the forward of stage {s} needs the output of stage {s - 1}", [f])
+    _fail(schedule, f"{name}: the backward of stage {s} runs before the backward of stage {s + 1} on rank "
+          f"{back[0]}; it needs the input gradient of stage {s + 1}", [back])
 
 
 # (send kind, receive kind, peer stage offset, producing kinds, consuming kinds)
 _EDGES = ((SEND_F, RECV_F, +1, (F,), (F,)), (SEND_B, RECV_B, -1, (B, I), (B, I)))
 
 
-def _check_comms(schedule, where, stage_rank, n_stages, n_microbatches) -> None:
-    for kind, s, mb in [key for key in where if key[0] in COMM_KINDS]:
+def _check_comms(schedule, at, stage_rank, n_stages, n_microbatches, comms) -> None:
+    for s, kind, mb in comms:
         peer = s + (1 if kind in (SEND_F, RECV_B) else -1)
         if not 0 <= peer < n_stages or stage_rank[peer] == stage_rank[s]:
             why = "does not exist" if not 0 <= peer < n_stages else "is on the same rank"
             _fail(schedule, f"{Action(s, kind, mb)} has no peer on another rank (stage {peer} {why}); remove it",
-                  [where[(kind, s, mb)]])
+                  [at(s, kind, mb)])
     for src in range(n_stages):
         for send, recv, offset, produce, consume in _EDGES:
             dst = src + offset
             if not 0 <= dst < n_stages or stage_rank[src] == stage_rank[dst]:
                 continue
             for mb in range(n_microbatches):
-                tx, rx = where.get((send, src, mb)), where.get((recv, dst, mb))
+                tx, rx = at(src, send, mb), at(dst, recv, mb)
                 if tx is None or rx is None:
                     missing = Action(src, send, mb) if tx is None else Action(dst, recv, mb)
                     _fail(schedule, f"{missing} is missing: stage {src} (rank {stage_rank[src]}) feeds stage {dst} "
                           f"(rank {stage_rank[dst]}) for microbatch {mb}; lower the compute-only schedule with "
                           "add_send_recv", [p for p in (tx, rx) if p])
-                made = next(where[(k, src, mb)] for k in produce if (k, src, mb) in where)
-                used = next(where[(k, dst, mb)] for k in consume if (k, dst, mb) in where)
+                made = next(p for p in (at(src, k, mb) for k in produce) if p)
+                used = next(p for p in (at(dst, k, mb) for k in consume) if p)
                 if tx[1] < made[1]:
                     _fail(schedule, f"{Action(src, send, mb)} (rank {tx[0]} step {tx[1]}) runs before the compute "
                           "that produces what it sends; move the send after it", [tx])

@@ -56,42 +56,40 @@ def expand_phases(phases: Phases, stages: Sequence[int], n_microbatches: int,
     pending: List[deque] = [deque() for _ in stages]  # I done, W not yet, per chunk
     pending_any: deque = deque()  # the same, all chunks, in I order: (chunk, microbatch)
     out: List[Action] = []
-
-    def emit(kind: Kind, chunk: Optional[int]) -> bool:
-        if kind is Kind.F:
-            if forward[chunk] >= total:
-                return False
-            mb, forward[chunk] = forward[chunk], forward[chunk] + 1
-        elif kind is Kind.W:
-            if chunk is None:
-                # entries already taken by a chunk-specific W are no longer at their chunk's front
-                while pending_any and not _is_front(pending, *pending_any[0]):
-                    pending_any.popleft()
-                if not pending_any:
-                    return False
-                chunk = pending_any.popleft()[0]
-                mb = pending[chunk].popleft()
-            elif pending[chunk]:
-                mb = pending[chunk].popleft()
-            else:
-                return False
-        else:  # B or I
-            if backward[chunk] >= forward[chunk]:
-                return False
-            mb, backward[chunk] = backward[chunk], backward[chunk] + 1
-            if kind is Kind.I:
-                pending[chunk].append(mb)
-                pending_any.append((chunk, mb))
-        out.append(Action(stages[chunk], kind, mb))
-        return True
-
+    append, new_action = out.append, tuple.__new__  # generators build ~10^5 actions: skip __new__'s Python frame
     for repeat, pattern in phases:
         tokens = _parse(pattern, n_chunks)
         count = 0
         while repeat is None or count < repeat:
-            emitted = [emit(kind, chunk) for kind, chunk in tokens]
+            emitted = False
+            for kind, chunk in tokens:
+                if kind is Kind.F:
+                    mb = forward[chunk]
+                    if mb >= total:
+                        continue
+                    forward[chunk] = mb + 1
+                elif kind is Kind.W:
+                    if chunk is None:  # the oldest pending W of any chunk
+                        while pending_any and not _is_front(pending, *pending_any[0]):
+                            pending_any.popleft()  # already taken by a chunk-specific W
+                        if not pending_any:
+                            continue
+                        chunk = pending_any.popleft()[0]
+                    if not pending[chunk]:
+                        continue
+                    mb = pending[chunk].popleft()
+                else:  # B or I
+                    mb = backward[chunk]
+                    if mb >= forward[chunk]:
+                        continue
+                    backward[chunk] = mb + 1
+                    if kind is Kind.I:
+                        pending[chunk].append(mb)
+                        pending_any.append((chunk, mb))
+                append(new_action(Action, (stages[chunk], kind, mb)))
+                emitted = True
             count += 1
-            if repeat is None and not any(emitted):
+            if repeat is None and not emitted:
                 break
     if any(f != total for f in forward) or any(b != total for b in backward) or any(pending):
         raise ScheduleError(f"internal: phase table {list(phases)} leaves work undone for {total} microbatches "

@@ -30,15 +30,13 @@ def interleaved_zb(n_ranks: int, n_microbatches: int, n_chunks: int = 2) -> Sche
     schedule = {}
     for rank in range(n_ranks):
         order, pending = [], deque()
-        for action in interleaved_order(n_ranks, n_microbatches, n_chunks, rank):
-            if action.kind is not Kind.B:
-                order.append(action)
-                continue
-            order.append(Action(action.stage, Kind.I, action.microbatch))
-            pending.append(action)
-            if len(pending) > rank:
-                done = pending.popleft()
-                order.append(Action(done.stage, Kind.W, done.microbatch))
+        for action in interleaved_order(n_ranks, n_microbatches, n_chunks, rank, backward=Kind.I):
+            order.append(action)
+            if action.kind is Kind.I:
+                pending.append(action)
+                if len(pending) > rank:
+                    done = pending.popleft()
+                    order.append(Action(done.stage, Kind.W, done.microbatch))
         order += [Action(a.stage, Kind.W, a.microbatch) for a in pending]
         schedule[rank] = order
     return schedule
