@@ -87,6 +87,9 @@ class PaddleBackend:
     def reshape(self, x, shape):
         return x.reshape(list(shape))
 
+    def concat(self, xs, axis):
+        return self.p.concat(xs, axis=axis)
+
     def concat_flat(self, xs, like):
         parts = [x.reshape([-1]) for x in xs if self.numel(x)]
         if not parts:

@@ -118,6 +118,28 @@ def _numel(shape) -> int:
     return out
 
 
+def _assemble(be, want, placed: list, like):
+    """The array of box ``want`` from ``(box, array)`` pieces that tile it.
+
+    When the pieces are slabs along one axis (the common case: all-gather, all-to-all) they are
+    concatenated in one call; otherwise they are written into a fresh buffer.
+    """
+    placed = [(box, arr) for box, arr in placed if box_numel(box)]
+    shape = box_shape(want)
+    if len(placed) == 1 and box_shape(placed[0][0]) == shape:
+        return placed[0][1]
+    axes = {d for box, _ in placed for d, ((o, n), (wo, wn)) in enumerate(zip(box, want))
+            if (o, n) != (wo, wn)}
+    if placed and len(axes) == 1 and hasattr(be, "concat"):
+        (axis,) = axes
+        ordered = sorted(placed, key=lambda item: item[0][axis][0])
+        return be.concat([arr for _, arr in ordered], axis)
+    out = be.empty(shape, like)
+    for box, arr in placed:
+        be.put(out, relative(box, want), arr)
+    return out
+
+
 def _reduce_all(be, parts: list, op: str):
     acc = parts[0]
     for p in parts[1:]:
@@ -149,11 +171,7 @@ def _all_gather(be, geo, step, local):
         got = exchange(be, ranks, {r: [local] for r in others},
                        {r: [(shapes[j], local)] for j, r in enumerate(ranks) if r != be.rank})
         parts = [local if r == be.rank else got[r][0] for r in ranks]
-    out = be.empty(box_shape(want), local)
-    for bx, part in zip(boxes, parts):
-        if box_numel(bx):
-            be.put(out, relative(bx, want), part)
-    return out
+    return _assemble(be, want, list(zip(boxes, parts)), local)
 
 
 def _all_reduce(be, geo, step, local):
@@ -206,21 +224,19 @@ def _all_to_all(be, geo, step, local):
     coords, ranks = _group(geo, step.mesh, c, m)
     base = c[:m] + (0,) + c[m + 1:]
     k, have, want = c[m], a.local_slices(c), b.local_slices(c)
-    out = be.empty(box_shape(want), local)
-    outgoing, incoming, places = {}, {}, {}
+    outgoing, incoming, places, placed = {}, {}, {}, []
     for j, t, box in group_pieces(a, b, m, base):
         if j == k and t == k:
-            be.put(out, relative(box, want), be.take(local, relative(box, have)))
+            placed.append((box, be.take(local, relative(box, have))))
         elif j == k:
             outgoing.setdefault(ranks[t], []).append(be.take(local, relative(box, have)))
         elif t == k:
             incoming.setdefault(ranks[j], []).append((box_shape(box), local))
-            places.setdefault(ranks[j], []).append(relative(box, want))
+            places.setdefault(ranks[j], []).append(box)
     got = exchange(be, ranks, outgoing, incoming)
-    for r, rels in places.items():
-        for rel, part in zip(rels, got[r]):
-            be.put(out, rel, part)
-    return out
+    for r, boxes in places.items():
+        placed.extend(zip(boxes, got[r]))
+    return _assemble(be, want, placed, local)
 
 
 def _slice(be, geo, step, local):
@@ -278,21 +294,22 @@ def _p2p(be, geo, step, local):
     cb = coord_in(b_ranks, b.mesh_shape, be.rank)
     have = a.local_slices(ca) if ca is not None else None
     want = b.local_slices(cb) if cb is not None else None
-    out = be.empty(box_shape(want), local if local is not None else be.like) if cb is not None else None
-    outgoing, incoming, places = {}, {}, {}
+    like = local if local is not None else be.like
+    outgoing, incoming, places, placed = {}, {}, {}, []
     for p in pieces(a, a_ranks, b, b_ranks):
         if p.src_rank == be.rank and p.dst_rank == be.rank:
-            be.put(out, relative(p.box, want), be.take(local, relative(p.box, have)))
+            placed.append((p.box, be.take(local, relative(p.box, have))))
         elif p.src_rank == be.rank:
             outgoing.setdefault(p.dst_rank, []).append(be.take(local, relative(p.box, have)))
         elif p.dst_rank == be.rank:
-            incoming.setdefault(p.src_rank, []).append((box_shape(p.box), out))
-            places.setdefault(p.src_rank, []).append(relative(p.box, want))
+            incoming.setdefault(p.src_rank, []).append((box_shape(p.box), like))
+            places.setdefault(p.src_rank, []).append(p.box)
     got = exchange(be, sorted(set(a_ranks) | set(b_ranks)), outgoing, incoming)
-    for r, rels in places.items():
-        for rel, part in zip(rels, got[r]):
-            be.put(out, rel, part)
-    return out
+    if cb is None:
+        return None
+    for r, boxes in places.items():
+        placed.extend(zip(boxes, got[r]))
+    return _assemble(be, want, placed, like)
 
 
 def _transfer(be, geo, step, local):

@@ -87,6 +87,9 @@ class NumpyBackend:
     def reshape(self, x, shape):
         return np.asarray(x).reshape(shape)
 
+    def concat(self, xs, axis):
+        return np.concatenate(xs, axis=axis)
+
     def concat_flat(self, xs, like):
         return np.concatenate([np.asarray(x).reshape(-1) for x in xs]) if xs else \
             np.zeros(0, like.dtype)
