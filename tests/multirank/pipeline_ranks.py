@@ -258,3 +258,19 @@ def run_bad_inputs():
     sched.step(x) if rank == 0 else sched.step(target=y, losses=losses)
     out["after"] = [float(v) for v in losses]
     return out
+
+
+def run_doc_snippet(doc_path):
+    """Execute the ```python run``` block of a docs page on this rank; returns 'ok'."""
+    import re
+
+    text = open(doc_path, encoding="utf-8").read()
+    blocks = re.findall(r"```python run\n(.*?)```", text, flags=re.S)
+    for block in blocks:
+        exec(compile(block, f"{doc_path}:snippet", "exec"), {"__name__": "__doc_snippet__"})
+    return len(blocks)
+
+
+def run_bad_inputs_and_doc(doc_path):
+    """Both in one launch (each launch costs seconds)."""
+    return {"bad": run_bad_inputs(), "doc_blocks": run_doc_snippet(doc_path)}

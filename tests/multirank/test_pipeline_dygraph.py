@@ -83,12 +83,16 @@ def test_pipeline_times_tensor_parallel_on_4_ranks(tmp_path):
             assert r["loss"] < TOL and r["grad"] < TOL and r["param"] < TOL, r
 
 
-def test_bad_inputs_raise_on_every_rank_without_hanging(tmp_path):
+def test_bad_inputs_raise_on_every_rank_without_hanging_and_the_doc_snippet_runs(tmp_path):
     import time
+    from pathlib import Path
 
+    doc = Path(__file__).resolve().parents[2] / "docs" / "pipeline_dygraph.md"
     start = time.monotonic()
-    per_rank = run_ranks(pr.run_bad_inputs, nproc=2, timeout=120, log_dir=tmp_path / "log")
+    both = run_ranks(pr.run_bad_inputs_and_doc, nproc=2, args=(str(doc),), timeout=120, log_dir=tmp_path / "log")
     assert time.monotonic() - start < 100
+    assert [b["doc_blocks"] for b in both] == [1, 1]
+    per_rank = [b["bad"] for b in both]
     expected = {
         "split": "the model is split into 3 stages, but 2 pipeline ranks x 1 stage(s) on this rank make 2",
         "placement": "VPP places stages [0, 2] on pipeline rank 0",
