@@ -87,7 +87,7 @@ def draw_timeline(result: SimulationResult, path: str, title: str = "") -> None:
                             "(or use --trace FILE.json for a Chrome trace)") from None
     multi_stage = any(len({a.stage for a in acts if a.is_compute}) > 1 for acts in result.actions)
     n_ranks = len(result.ranks)
-    fig, ax = plt.subplots(figsize=(min(4 + result.makespan * 0.25, 40), 0.9 + 0.45 * n_ranks))
+    fig, ax = plt.subplots(figsize=(min(6 + result.makespan * 0.25, 40), 1.1 + 0.45 * n_ranks))
     for index, rank in enumerate(result.ranks):
         lane = n_ranks - 1 - index
         for action, start, end in result.timed(index):
@@ -106,11 +106,11 @@ def draw_timeline(result: SimulationResult, path: str, title: str = "") -> None:
     ax.set_xlabel("time (cost units)")
     kinds = sorted({a.kind for acts in result.actions for a in acts if a.is_compute}, key=lambda k: "FBIW".index(k.value))
     names = {Kind.F: "F forward", Kind.B: "B backward", Kind.I: "I backward (inputs)", Kind.W: "W backward (weights)"}
-    ax.legend(handles=[Patch(color=KIND_COLORS[k], label=names[k]) for k in kinds], loc="upper center",
-              bbox_to_anchor=(0.5, -0.35 if n_ranks < 4 else -0.2), ncol=len(kinds), fontsize=8, frameon=False)
+    ax.legend(handles=[Patch(color=KIND_COLORS[k], label=names[k]) for k in kinds], loc="lower right",
+              bbox_to_anchor=(1.0, 1.0), ncol=len(kinds), fontsize=8, frameon=False, borderaxespad=0.2)
     subtitle = (f"makespan {result.makespan:g}, bubble {result.bubble_vs_ideal:.1%} of ideal, "
                 f"peak activations {max(result.peak_activations)}")
-    ax.set_title(f"{title}  ({subtitle})" if title else subtitle, fontsize=9)
+    ax.set_title(f"{title}  ({subtitle})" if title else subtitle, fontsize=9, loc="left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
