@@ -84,7 +84,7 @@ def add_send_recv(schedule: Mapping[int, Sequence[Optional[Action]]], costs: Uni
     if min(costs.forward, costs.backward_input, costs.backward_weight, costs.backward) <= 0:
         raise ScheduleError(f"add_send_recv orders communication by simulated time and needs costs > 0, got {costs}")
     timing = run_simulation(schedule, shape, costs, comm_latency)
-    n_mb, n_stages = shape.n_microbatches, shape.n_stages
+    n_stages = shape.n_stages
     rank_index = {rank: i for i, rank in enumerate(timing.ranks)}
     srank = [rank_index[shape.stage_to_rank[s]] for s in range(n_stages)]
     start_of: Dict[Tuple[int, int], float] = {}  # (stage, mb) -> start of its F; backward below

@@ -28,7 +28,8 @@ COMM_COLOR = "#BBBBBB"
 
 def format_timeline(result: SimulationResult, unit: float = 1.0) -> str:
     """One row per rank, one cell per ``unit`` of time: the action that starts there, ``~`` while
-    it continues, ``.`` when the rank computes nothing. Communication is not drawn."""
+    it continues, ``.`` when the rank computes nothing. Communication and zero-cost actions are
+    not drawn."""
     if unit <= 0:
         raise ScheduleError(f"unit must be > 0, got {unit}")
     width = max((len(str(a)) for acts in result.actions for a in acts if a.is_compute), default=1)
@@ -41,7 +42,7 @@ def format_timeline(result: SimulationResult, unit: float = 1.0) -> str:
         cells = [idle] * n_cells
         used = 0
         for action, start, end in result.timed(index):
-            if not action.is_compute:
+            if not action.is_compute or end <= start:  # zero-cost actions take no cell
                 continue
             first, last = int(round(start / unit)), int(round(end / unit))
             if first < n_cells:

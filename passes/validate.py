@@ -30,7 +30,7 @@ rank 0  0F0 >0W0< 0I0
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from paddle_ext.errors import ScheduleError
 from paddle_ext.passes.schedule_ir import COMM_KINDS, Action, Kind, format_grid

@@ -53,7 +53,7 @@ def _build(name, args, costs):
     chunks = info.default_chunks if args.chunks is None else args.chunks
     schedule = info.generate(args.stages, args.microbatches, chunks)
     if args.lowered:
-        schedule = add_send_recv(schedule)
+        schedule = add_send_recv(schedule, costs=costs, comm_latency=args.latency)
     result = simulate_schedule(schedule, costs=costs, comm_latency=args.latency)
     return info, chunks, schedule, result
 
@@ -93,8 +93,9 @@ def run(args) -> int:
           f"({info.placement} placement), {args.microbatches} microbatches, costs F={costs.forward:g} "
           f"I={costs.backward_input:g} W={costs.backward_weight:g} B={costs.backward:g}"
           + (", lowered (blocking SEND/RECV)" if args.lowered else ""))
-    if result.makespan / min(costs.forward, costs.backward_input, costs.backward_weight) <= _MAX_TIMELINE_CELLS:
-        print(format_timeline(result, unit=min(costs.forward, costs.backward_input, costs.backward_weight)))
+    unit = min((c for c in (costs.forward, costs.backward_input, costs.backward_weight) if c > 0), default=1.0)
+    if result.makespan / unit <= _MAX_TIMELINE_CELLS:
+        print(format_timeline(result, unit=unit))
     else:
         print(f"(timeline {result.makespan:g} units wide, not printed; use --out FILE.png or --trace FILE.json)")
     print(f"makespan {result.makespan:g} (ideal {result.ideal:g}); bubble {result.bubble_vs_ideal:.2%} of ideal, "
