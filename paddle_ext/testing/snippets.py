@@ -2,8 +2,9 @@
 
 A snippet is a fenced ``python`` block in a Markdown page. Its first line may say where it runs:
 ``# ranks: N`` runs it on N CPU ranks through :func:`run_ranks`; otherwise it runs in a fresh
-single process. Snippets of one page and one kind run in order in one process (or one launch),
-each in its own namespace, and each reports ``ok`` or its traceback.
+single process. Snippets of one page and one kind run in order in one process (or one launch)
+and share one namespace, as a reader going down the page would; each reports ``ok`` or its
+traceback.
 
 >>> [s.ranks for s in extract_snippets("```python\\nx = 1\\n```\\n```python\\n# ranks: 2\\ny = 2\\n```")]
 [1, 2]
@@ -44,11 +45,12 @@ def extract_snippets(text: str, page: str = "<text>") -> list[Snippet]:
 
 
 def run_codes(codes: list[str]) -> list[str]:
-    """Exec each code string in a fresh namespace; 'ok' or the traceback, per code."""
+    """Exec the code strings in order in one namespace; 'ok' or the traceback, per code."""
     results = []
+    namespace = {"__name__": "__doc_snippet__"}
     for code in codes:
         try:
-            exec(compile(code, "<doc snippet>", "exec"), {"__name__": "__doc_snippet__"})
+            exec(compile(code, "<doc snippet>", "exec"), namespace)
             results.append("ok")
         except BaseException:  # noqa: BLE001 - report every snippet
             results.append(traceback.format_exc())
