@@ -26,7 +26,15 @@ def get_spmd_rule(op: str, source: str = "auto"):
 
 
 def install() -> list[str]:
-    """Apply paddle-ext's fixes to the installed Paddle; returns the fixes in effect."""
-    from .compat import install as _install
+    """Make Paddle use paddle-ext where Paddle lacks a path (idempotent).
 
-    return _install()
+    Applies the compat fixes this Paddle needs and routes dygraph ``dist.reshard`` (and
+    ShardingStage1/2/3's reshards) through paddle-ext's planner and executor. Returns the names
+    of what is in effect (``paddle-ext doctor`` prints the same list).
+    """
+    from .compat import install as _install_fixes
+    from .reshard import install_reshard
+
+    names = _install_fixes()
+    install_reshard()
+    return names + ["dygraph-reshard"]
