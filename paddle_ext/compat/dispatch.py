@@ -55,10 +55,30 @@ def is_dist(obj) -> bool:
     return False
 
 
+_MESHES: dict = {}
+
+
+def python_mesh(mesh):
+    """A ``paddle.distributed.ProcessMesh`` for Paddle's C++ mesh object (cached)."""
+    dist = _paddle().distributed
+    if isinstance(mesh, dist.ProcessMesh):
+        return mesh
+    shape, ids = tuple(int(s) for s in mesh.shape), tuple(int(i) for i in mesh.process_ids)
+    names = tuple(mesh.dim_names)
+    key = (shape, ids, names)
+    got = _MESHES.get(key)
+    if got is None:
+        import numpy as np
+
+        got = dist.ProcessMesh(np.array(ids).reshape(shape).tolist(), dim_names=list(names))
+        _MESHES[key] = got
+    return got
+
+
 def mesh_of(obj):
     if isinstance(obj, _paddle().Tensor):
-        return obj.process_mesh
-    return obj.dist_attr().process_mesh
+        return python_mesh(obj.process_mesh)
+    return python_mesh(obj.dist_attr().process_mesh)
 
 
 def paddle_placements_of(obj) -> list:
@@ -94,10 +114,18 @@ def local_value(t):
 
 
 def make_dist(local, mesh, placements, global_shape: Sequence[int]):
-    """A dygraph DistTensor with an exact global shape (uneven shards included)."""
+    """A dygraph DistTensor with an exact global shape (uneven shards included).
+
+    Measured: ``dtensor_from_local`` infers ``local * mesh_size`` (wrong for uneven shards), while
+    ``paddle.Tensor(local, dims=..., ...)`` takes the global dims as given.
+    """
     paddle = _paddle()
     place = paddle.framework._get_paddle_place(paddle.framework._current_expected_place())
     pls = placements if placements and not _is_ext(placements[0]) else to_paddle_placements(placements)
+    if len(global_shape) == 0:
+        # measured: paddle.Tensor(..., dims=[], placements=[Partial]) zeroes the value on every rank
+        # but the first; dtensor_from_local keeps it (0-D has no sharded dim, so no shape issue)
+        return paddle.base.core.dtensor_from_local(local, mesh, list(pls))
     return paddle.Tensor(local, dims=[int(s) for s in global_shape], process_mesh=mesh,
                          placements=list(pls), place=place)
 

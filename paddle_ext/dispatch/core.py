@@ -229,9 +229,8 @@ def _without_partial_outputs(rule, op, call, specs, result):
     return make_result(op, specs, cur.inputs, cur.outputs, cur.rule)
 
 
-def _reshard(t, mesh, placements, static: bool):
-    if static:
-        return cd.pir_reshard(t, mesh, placements)
+def _reshard_values(t, mesh, placements):
+    """Non-differentiable reshard of dygraph ``t`` with paddle-ext's executor (Paddle's if absent)."""
     from ..compat.convert import to_paddle_placements
 
     pls = to_paddle_placements(placements)
@@ -239,7 +238,47 @@ def _reshard(t, mesh, placements, static: bool):
         from ..reshard.dygraph import reshard as ext_reshard
     except ImportError:  # the executor is optional: Paddle's own covers the common transitions
         return cd._paddle().distributed.reshard(t, mesh, pls)
-    return ext_reshard(t, mesh, pls, check=False)
+    paddle = cd._paddle()
+    with paddle.no_grad():
+        return ext_reshard(t, cd.python_mesh(mesh), pls, check=False)
+
+
+_RESHARD: list = []
+
+
+def _reshard_pylayer():
+    if _RESHARD:
+        return _RESHARD[0]
+    paddle = cd._paddle()
+
+    class DispatchReshard(paddle.autograd.PyLayer):
+        """A required input reshard; backward reshards the gradient back to the input's layout."""
+
+        @staticmethod
+        def forward(ctx, x, mesh, placements):
+            src, src_mesh = cd.spec_and_mesh(x)
+            ctx.src, ctx.src_mesh = src, src_mesh
+            return _reshard_values(x, mesh, placements)
+
+        @staticmethod
+        def backward(ctx, dy):
+            have = cd.spec_and_mesh(dy)[0]
+            want = [p if not isinstance(p, Partial) else Replicate() for p in ctx.src.placements]
+            if tuple(want) != tuple(have.placements):
+                dy = _reshard_values(dy, ctx.src_mesh, want)
+            return dy
+
+    _RESHARD.append(DispatchReshard)
+    return DispatchReshard
+
+
+def _reshard(t, mesh, placements, static: bool):
+    if static:
+        return cd.pir_reshard(t, mesh, placements)
+    paddle = cd._paddle()
+    if t.stop_gradient or not paddle.is_grad_enabled():
+        return _reshard_values(t, mesh, placements)
+    return _reshard_pylayer().apply(t, mesh, list(placements))
 
 
 def _as_tuple(out) -> tuple[tuple, bool]:
@@ -310,7 +349,7 @@ def _pylayer():
                 if dy.is_dist():
                     have = cd.spec_and_mesh(dy)[0]
                     if have.placements != want.placements:
-                        dy = _reshard(dy, call.mesh, want.placements, False)
+                        dy = _reshard_values(dy, call.mesh, want.placements)
                     loc = cd.local_value(dy)
                 else:
                     loc = dy

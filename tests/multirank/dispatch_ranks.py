@@ -1,0 +1,307 @@
+"""Rank functions for the dispatch multi-rank tests (run through paddle_ext.testing.run_ranks).
+
+Each function loops over many checks and returns all results, so one launch covers them.
+"""
+import numpy as np
+
+# name -> (call(paddle, F, *tensors), inputs, placements per world size)
+# inputs: ("f", shape) float needing grad, ("p", shape) positive float, ("b", shape) bool mask,
+#         ("i", shape, hi) int64 index in [0, hi), ("u", shape, hi) unique int64 indices in [0, hi)
+# placements: {2: (mesh_shape, [text per input]), 4: (...)}
+M2 = (2,)
+M22 = (2, 2)
+M4 = (4,)
+
+OP_CASES = {
+    "masked_fill": (lambda p, F, x, m: p.masked_fill(x, m, 0.5), [("f", (6, 5)), ("b", (6, 5))],
+                    {2: (M2, ["[S(0)]", "[S(0)]"]), 4: (M22, ["[S(0),S(1)]", "[S(0),S(1)]"])}),
+    "isfinite": (lambda p, F, x: p.isfinite(x), [("f", (5, 7))],
+                 {2: (M2, ["[S(0)]"]), 4: (M22, ["[S(0),S(1)]"])}),
+    "lerp": (lambda p, F, x, y: p.lerp(x, y, 0.3), [("f", (5, 6)), ("f", (5, 6))],
+             {2: (M2, ["[S(0)]", "[R]"]), 4: (M22, ["[S(0),R]", "[R,S(1)]"])}),
+    "tril": (lambda p, F, x: p.tril(x, 1), [("f", (5, 7))],
+             {2: (M2, ["[S(0)]"]), 4: (M22, ["[S(0),S(1)]"])}),
+    "triu": (lambda p, F, x: p.triu(x, -1), [("f", (6, 7))],
+             {2: (M2, ["[S(1)]"]), 4: (M22, ["[S(1),S(0)]"])}),
+    "flip": (lambda p, F, x: p.flip(x, [1]), [("f", (5, 6))],
+             {2: (M2, ["[S(0)]"]), 4: (M4, ["[S(0)]"])}),
+    "cumprod": (lambda p, F, x: p.cumprod(x, dim=1), [("f", (5, 4))],
+                {2: (M2, ["[S(0)]"]), 4: (M22, ["[S(0),R]"])}),
+    "logcumsumexp": (lambda p, F, x: p.logcumsumexp(x, axis=0), [("f", (4, 6))],
+                     {2: (M2, ["[S(1)]"]), 4: (M22, ["[R,S(1)]"])}),
+    "repeat_interleave": (lambda p, F, x: p.repeat_interleave(x, 2, axis=0), [("f", (4, 5))],
+                          {2: (M2, ["[S(0)]"]), 4: (M4, ["[S(0)]"])}),
+    "max_pool2d": (lambda p, F, x: F.max_pool2d(x, 2, 2), [("f", (4, 3, 6, 6))],
+                   {2: (M2, ["[S(0)]"]), 4: (M22, ["[S(0),S(1)]"])}),
+    "avg_pool2d": (lambda p, F, x: F.avg_pool2d(x, 3, 2, padding=1), [("f", (3, 4, 7, 7))],
+                   {2: (M2, ["[S(1)]"]), 4: (M22, ["[S(0),S(1)]"])}),
+    "max_pool1d": (lambda p, F, x: F.max_pool1d(x, 2), [("f", (4, 3, 8))],
+                   {2: (M2, ["[S(0)]"]), 4: (M4, ["[S(0)]"])}),
+    "avg_pool1d": (lambda p, F, x: F.avg_pool1d(x, 3, 1, padding=1), [("f", (4, 3, 8))],
+                   {2: (M2, ["[S(1)]"]), 4: (M22, ["[S(0),S(1)]"])}),
+    "adaptive_avg_pool2d": (lambda p, F, x: F.adaptive_avg_pool2d(x, 3), [("f", (4, 2, 7, 7))],
+                            {2: (M2, ["[S(0)]"]), 4: (M22, ["[S(0),S(1)]"])}),
+    "interpolate": (lambda p, F, x: F.interpolate(x, scale_factor=2, mode="bilinear"), [("f", (4, 2, 3, 3))],
+                    {2: (M2, ["[S(0)]"]), 4: (M22, ["[S(0),S(1)]"])}),
+    "pad": (lambda p, F, x: F.pad(x, [1, 2, 0, 1], mode="reflect"), [("f", (4, 3, 5, 5))],
+            {2: (M2, ["[S(1)]"]), 4: (M22, ["[S(0),S(1)]"])}),
+    "gather": (lambda p, F, x, i: p.gather(x, i, axis=1), [("f", (5, 6)), ("i", (4,), 6)],
+               {2: (M2, ["[S(0)]", "[R]"]), 4: (M22, ["[S(0),R]", "[R,S(0)]"])}),
+    "gather_nd": (lambda p, F, x, i: p.gather_nd(x, i), [("f", (4, 5, 6)), ("i", (6, 1), 4)],
+                  {2: (M2, ["[S(2)]", "[R]"]), 4: (M22, ["[S(2),R]", "[R,S(0)]"])}),
+    "index_add": (lambda p, F, x, i, v: p.index_add(x, i, 1, v), [("f", (5, 6)), ("u", (3,), 6), ("f", (5, 3))],
+                  {2: (M2, ["[S(0)]", "[R]", "[S(0)]"]), 4: (M22, ["[S(0),R]", "[R,R]", "[S(0),R]"])}),
+    "scatter": (lambda p, F, x, i, u: p.scatter(x, i, u), [("f", (6, 5)), ("u", (3,), 6), ("f", (3, 5))],
+                {2: (M2, ["[S(1)]", "[R]", "[R]"]), 4: (M22, ["[R,S(1)]", "[R,R]", "[R,R]"])}),
+    "kthvalue": (lambda p, F, x: p.kthvalue(x, 2, axis=1)[0], [("f", (5, 6))],
+                 {2: (M2, ["[S(0)]"]), 4: (M22, ["[S(0),R]"])}),
+    "median": (lambda p, F, x: p.median(x, axis=1), [("f", (6, 5))],
+               {2: (M2, ["[S(0)]"]), 4: (M4, ["[S(0)]"])}),
+    "std": (lambda p, F, x: p.std(x, axis=0), [("f", (6, 5))],
+            {2: (M2, ["[S(1)]"]), 4: (M22, ["[R,S(1)]"])}),
+    "var": (lambda p, F, x: p.var(x, axis=1, unbiased=False), [("f", (5, 6))],
+            {2: (M2, ["[S(0)]"]), 4: (M22, ["[S(0),R]"])}),
+    "mean": (lambda p, F, x: p.mean(x), [("f", (5, 7))],
+             {2: (M2, ["[S(0)]"]), 4: (M22, ["[S(0),S(1)]"])}),
+    "mean_axis0": (lambda p, F, x: p.mean(x, axis=0), [("f", (5, 7))],
+                   {2: (M2, ["[S(0)]"]), 4: (M4, ["[S(0)]"])}),
+    "addmm": (lambda p, F, a, x, y: p.addmm(a, x, y, 0.5, 2.0), [("f", (4, 6)), ("f", (4, 8)), ("f", (8, 6))],
+              {2: (M2, ["[R]", "[S(1)]", "[R]"]), 4: (M22, ["[R,R]", "[S(0),S(1)]", "[R,R]"])}),
+    "baddbmm": (lambda p, F, a, x, y: p.baddbmm(a, x, y, 1.0, 0.5),
+                [("f", (2, 3, 4)), ("f", (2, 3, 6)), ("f", (2, 6, 4))],
+                {2: (M2, ["[R]", "[S(2)]", "[R]"]), 4: (M22, ["[S(0),R]", "[R,S(2)]", "[R,R]"])}),
+    "kron": (lambda p, F, x, y: p.kron(x, y), [("f", (4, 3)), ("f", (2, 2))],
+             {2: (M2, ["[S(0)]", "[R]"]), 4: (M4, ["[S(0)]", "[R]"])}),
+}
+
+
+def _make_inputs(inputs, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    for spec in inputs:
+        kind, shape = spec[0], spec[1]
+        if kind == "f":
+            out.append(rng.standard_normal(shape).astype("float32"))
+        elif kind == "p":
+            out.append((np.abs(rng.standard_normal(shape)) + 0.5).astype("float32"))
+        elif kind == "b":
+            out.append(rng.random(shape) < 0.5)
+        elif kind == "i":
+            out.append(rng.integers(0, spec[2], size=shape).astype("int64"))
+        else:
+            out.append(rng.permutation(spec[2])[:shape[0]].astype("int64"))
+    return out
+
+
+def _mesh(mesh_shape):
+    import paddle.distributed as dist
+
+    n = int(np.prod(mesh_shape))
+    return dist.ProcessMesh(np.arange(n).reshape(mesh_shape).tolist(), dim_names=[f"d{i}" for i in range(len(mesh_shape))])
+
+
+def _shard(a, mesh, mesh_shape, text):
+    """A DistTensor holding this rank's ceil-first block of ``a`` (Paddle's shard_tensor fails for
+    e.g. 5 rows over 4 ranks: its last slice starts past the end)."""
+    import paddle.distributed as dist
+
+    from paddle_ext.compat.dispatch import make_dist
+    from paddle_ext.placements import DistSpec, coord_of_rank
+
+    spec = DistSpec(a.shape, mesh_shape, text)
+    coord = coord_of_rank(dist.get_rank(), mesh_shape)
+    box = tuple(slice(o, o + n) for o, n in spec.local_slices(coord))
+    import paddle
+
+    return make_dist(paddle.to_tensor(np.ascontiguousarray(a[box])), mesh, spec.placements, a.shape)
+
+
+def _full(t, mesh):
+    """The global value of DistTensor ``t`` as numpy (paddle-ext's reshard to Replicate)."""
+    import paddle.distributed as dist
+
+    from paddle_ext.reshard.dygraph import reshard
+
+    r = reshard(t, mesh, [dist.Replicate() for _ in mesh.shape], check=False)
+    return r._local_value().numpy()
+
+
+def ops_fwd_bwd(names, world):
+    """Run every op in ``names`` dense and distributed (under enable()); compare values and grads."""
+    import paddle
+    import paddle.distributed as dist
+    import paddle.nn.functional as F
+
+    import paddle_ext.dispatch as pd
+    from paddle_ext.compat import to_paddle_placements
+
+    pd.enable()
+    results = {}
+    try:
+        for k, name in enumerate(names):
+            print("dispatch case", name, flush=True)
+            call, inputs, pls = OP_CASES[name]
+            mesh_shape, texts = pls[world]
+            mesh = _mesh(mesh_shape)
+            arrays = _make_inputs(inputs, 100 + k)
+            grads_of = [i for i, s in enumerate(inputs) if s[0] in ("f", "p")]
+            # dense
+            dense = [paddle.to_tensor(a) for a in arrays]
+            for i in grads_of:
+                dense[i].stop_gradient = False
+            out_d = call(paddle, F, *dense)
+            w = paddle.to_tensor(np.random.default_rng(7).standard_normal(out_d.shape).astype("float32"))
+            if out_d.dtype in (paddle.float32, paddle.float64):
+                (out_d * w).sum().backward()
+            # distributed
+            dts = [_shard(a, mesh, mesh_shape, t) for a, t in zip(arrays, texts)]
+            for i in grads_of:
+                dts[i].stop_gradient = False
+            rec = {}
+            try:
+                out = call(paddle, F, *dts)
+                rec["out"] = str([str(p) for p in out.placements])
+                got = _full(out, mesh)
+                rec["fwd_err"] = float(np.max(np.abs(got.astype("float64") - out_d.numpy().astype("float64")))) \
+                    if got.size else 0.0
+                rec["shape_ok"] = list(got.shape) == list(out_d.shape)
+                if out_d.dtype in (paddle.float32, paddle.float64):
+                    # d(sum(out * w))/d(out) = w, handed in with out's layout (a Partial out takes
+                    # a replicated gradient): no Paddle op runs on the uneven result
+                    from paddle_ext.compat import from_paddle_placements
+                    from paddle_ext.placements import Partial, Replicate, format_placements
+
+                    gpl = [Replicate() if isinstance(p, Partial) else p for p in from_paddle_placements(out.placements)]
+                    g = _shard(w.numpy(), mesh, mesh_shape, format_placements(gpl))
+                    paddle.autograd.backward([out], [g])
+                    errs = {}
+                    for i in grads_of:
+                        g = dts[i].grad
+                        errs[i] = (float(np.max(np.abs(_full(g, mesh) - dense[i].grad.numpy()))),
+                                   str([str(p) for p in g.placements]))
+                    rec["grad"] = errs
+            except Exception as exc:  # noqa: BLE001 - recorded; the test names it
+                rec["error"] = f"{type(exc).__name__}: {exc}"[:600]
+            results[name] = rec
+    finally:
+        pd.disable()
+    return results
+
+
+def gradient_fix_vs_local_map():
+    """Column-parallel linear with x replicated: paddle-ext dispatch vs dist.local_map vs dense."""
+    import paddle
+    import paddle.distributed as dist
+
+    import paddle_ext.dispatch as pd
+
+    mesh = _mesh(M2)
+    rng = np.random.default_rng(3)
+    xa, wa = rng.standard_normal((4, 6)).astype("float32"), rng.standard_normal((6, 8)).astype("float32")
+
+    def local_linear(x, w):
+        return paddle.matmul(x, w)
+
+    # dense
+    xd, wd = paddle.to_tensor(xa), paddle.to_tensor(wa)
+    xd.stop_gradient = wd.stop_gradient = False
+    (paddle.matmul(xd, wd) ** 2).sum().backward()
+    out = {}
+    for variant in ("dispatch", "local_map"):
+        x = dist.shard_tensor(paddle.to_tensor(xa), mesh, [dist.Replicate()])
+        w = dist.shard_tensor(paddle.to_tensor(wa), mesh, [dist.Shard(1)])
+        x.stop_gradient = w.stop_gradient = False
+        if variant == "dispatch":
+            y = pd.dispatch("matmul", [x, w], {}, lambda t, ctx: local_linear(*t))
+        else:
+            y = dist.local_map(local_linear, out_placements=[[dist.Shard(1)]],
+                               in_placements=[[dist.Replicate()], [dist.Shard(1)]], process_mesh=mesh)(x, w)
+        (y ** 2).sum().backward()
+        out[variant] = {
+            "y_placements": str(y.placements),
+            "dx_placements": str(x.grad.placements),
+            "dx_err": float(np.max(np.abs(_full(x.grad, mesh) - xd.grad.numpy()))),
+            "dw_err": float(np.max(np.abs(_full(w.grad, mesh) - wd.grad.numpy()))),
+        }
+    return out
+
+
+def bad_inputs():
+    """The dispatcher's errors on real DistTensors: mixed meshes, missing rule."""
+    import paddle
+    import paddle.distributed as dist
+
+    import paddle_ext.dispatch as pd
+
+    out = {}
+    m01 = _mesh(M2)
+    m10 = dist.ProcessMesh([1, 0], dim_names=["d0"])
+    x = dist.shard_tensor(paddle.ones([4, 4]), m01, [dist.Shard(0)])
+    y = dist.shard_tensor(paddle.ones([4, 4]), m10, [dist.Shard(0)])
+    for key, fn in (("meshes", lambda: pd.dispatch("add", [x, y], {}, lambda t, c: t[0] + t[1])),
+                    ("norule", lambda: pd.dispatch("no_such_op", [x], {}, lambda t, c: t[0]))):
+        try:
+            fn()
+            out[key] = "no error"
+        except pd.DispatchError as exc:
+            out[key] = str(exc)
+    return out
+
+
+def mean_uneven():
+    """paddle.mean over an unevenly sharded dim: Paddle vs enable()."""
+    import paddle
+    import paddle.distributed as dist
+
+    import paddle_ext.dispatch as pd
+
+    mesh = _mesh(M2)
+    a = np.arange(35, dtype="float32").reshape(5, 7)
+    res = {"dense": float(a.mean()), "dense_axis0": a.mean(0).tolist()}
+    x = dist.shard_tensor(paddle.to_tensor(a), mesh, [dist.Shard(0)])
+    res["paddle"] = float(_full(paddle.mean(x), mesh).reshape(-1)[0])
+    pd.enable(["mean"])
+    try:
+        m = paddle.mean(x)
+        res["ext"] = float(_full(m, mesh).reshape(-1)[0])
+        res["ext_placements"] = str(m.placements)
+        res["ext_axis0"] = _full(paddle.mean(x, axis=0), mesh).tolist()
+    finally:
+        pd.disable()
+    return res
+
+
+def audit_before_after():
+    """The audit lists replicated fallbacks; the same calls under enable() disappear from it."""
+    import paddle
+    import paddle.distributed as dist
+    import paddle.nn.functional as F
+
+    import paddle_ext.dispatch as pd
+
+    mesh = _mesh(M2)
+    x = dist.shard_tensor(paddle.rand([4, 3, 6, 6]), mesh, [dist.Shard(0)])
+    y = dist.shard_tensor(paddle.rand([8, 6]), mesh, [dist.Shard(0)])
+
+    def program():
+        F.max_pool2d(x, 2)
+        paddle.flip(y, [1])
+        paddle.cumprod(y, dim=1)
+        paddle.tril(y)
+
+    with pd.audit() as before:
+        program()
+    pd.enable()
+    try:
+        with pd.audit() as after:
+            program()
+    finally:
+        pd.disable()
+    return {"before": before.as_dict(), "before_text": before.text(), "after": after.as_dict(),
+            "after_text": after.text()}
+
+
+def misc_checks():
+    """One launch for the small checks: gradient fix, bad inputs, uneven mean, audit."""
+    return {"grad": gradient_fix_vs_local_map(), "bad": bad_inputs(), "mean": mean_uneven(),
+            "audit": audit_before_after()}
