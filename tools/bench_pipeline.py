@@ -5,10 +5,12 @@
     python tools/bench_pipeline.py --nproc 2 --nproc 4 --write-docs   # fill docs/pipeline_dygraph.md
 
 For each schedule, every rank measures the fastest of ``--steps`` steps (after one warm-up step;
-the minimum is the figure least disturbed by other processes on the cores) and the CPU allocator's peak during a step (above its level at the start of the
+the schedules take turns round by round, and the minimum is the figure least disturbed by other
+processes on the cores) and the CPU allocator's peak during a step (above its level at the start of the
 step: activations, messages and temporaries; parameter gradients are preallocated by the warm-up).
-Before that, every rank times F, B, I and W of its own stages on one microbatch in isolation, the
-activation bytes one forward keeps, and a ping-pong gives the one-way message time. The parent
+Every action's wall time inside those runs is recorded (``profile=True``); the fastest F, B, I
+and W of each stage are the costs (isolated timings of each stage, also taken, are the fallback),
+with the activation bytes one forward keeps and a ping-pong's one-way message time. The parent
 feeds those costs to :func:`paddle_ext.passes.simulate_schedule` on the same lowered schedule and
 reports measured and simulated step times as ratios to 1F1B, and measured vs simulated peak
 activation memory. ``--split-cost`` (on by default) also times I + W against B in one process for
@@ -61,7 +63,7 @@ def _min_ms(fn, reps):
     return 1e3 * min(times)
 
 
-def stage_costs(layer, needs_grad: bool, reps: int = 15) -> dict:
+def stage_costs(layer, needs_grad: bool, reps: int = 30) -> dict:
     """Fastest ms of F, B, I, W on one microbatch (min: least disturbed by other processes on the
     cores), and the bytes one forward keeps alive."""
     import paddle
@@ -133,6 +135,7 @@ def rank_bench(names, m_factor: int, steps: int):
     import paddle.nn.functional as F
 
     from paddle_ext.passes.runtime import build_stages, get_schedule, split_model
+    from paddle_ext.passes.schedule_ir import Action
     from paddle_ext.passes.schedules import get_schedule_info
 
     rank, p = dist.get_rank(), dist.get_world_size()
@@ -146,38 +149,52 @@ def rank_bench(names, m_factor: int, steps: int):
                 costs[f"{p * v}:{i}"] = stage_costs(piece, needs_grad=i > 0)
     dist.barrier()
     x, y = paddle.randn([ROWS * m, H]), paddle.randn([ROWS * m, H])
-    results = {}
+    runs = {}
     for name in names:
         v = get_schedule_info(name).default_chunks
-        pieces = split_model(blocks, p * v)
-        stages = build_stages(pieces, name, rank, p, n_chunks=v)
+        stages = build_stages(split_model(blocks, p * v), name, rank, p, n_chunks=v)
         sched = get_schedule(name)(stages, m, loss_fn=F.mse_loss, profile=True)
-        mine = [s.stage_index for s in stages]
+        runs[name] = (v, stages, sched, [s.stage_index for s in stages])
 
-        def one_step():
-            losses = []
-            if 0 in mine and p * v - 1 in mine:
-                sched.step(x, target=y, losses=losses)
-            elif 0 in mine:
-                sched.step(x)
-            elif p * v - 1 in mine:
-                sched.step(target=y, losses=losses)
-            else:
-                sched.step()
-            for s in stages:
-                for q in s.sublayer.parameters():
-                    q.clear_grad()  # zeros: keeps the gradient buffers, so the peak is activations
+    def one_step(name):
+        v, stages, sched, mine = runs[name]
+        losses = []
+        if 0 in mine and p * v - 1 in mine:
+            sched.step(x, target=y, losses=losses)
+        elif 0 in mine:
+            sched.step(x)
+        elif p * v - 1 in mine:
+            sched.step(target=y, losses=losses)
+        else:
+            sched.step()
+        for s in stages:
+            for q in s.sublayer.parameters():
+                q.clear_grad()  # zeros: keeps the gradient buffers, so the peak is activations
 
-        one_step()
-        times, peaks = [], []
-        for _ in range(steps):
+    times = {name: [] for name in names}
+    peaks = {name: [] for name in names}
+    action_ms = {}  # "n_stages:stage" -> kind -> durations of that action inside the real runs
+    for name in names:  # warm-up
+        one_step(name)
+    for _ in range(steps):  # rounds over all schedules: a burst of load hits every schedule alike
+        for name in names:
             dist.barrier()
             t0 = time.perf_counter()
-            one_step()
-            times.append(time.perf_counter() - t0)
-            peaks.append(sched.last_memory["peak"] - sched.last_memory["start"])
-        results[name] = {"v": v, "m": m, "step_ms": 1e3 * min(times), "step_ms_median": 1e3 * statistics.median(times),
-                         "peak_bytes": max(peaks), "stages": mine}
+            one_step(name)
+            times[name].append(time.perf_counter() - t0)
+            mem = runs[name][2].last_memory
+            peaks[name].append(mem["peak"] - mem["start"])
+            n_stages = p * runs[name][0]
+            for text, t0, t1 in runs[name][2].last_trace:
+                a = Action.from_str(text)
+                if a.is_compute:
+                    action_ms.setdefault(f"{n_stages}:{a.stage}", {}).setdefault(a.kind.value, []).append(
+                        1e3 * (t1 - t0))
+    for key, kinds in action_ms.items():  # the fastest instance: least disturbed by other processes
+        costs.setdefault(key, {}).update({f"run_{k}": min(v) for k, v in kinds.items()})
+    results = {name: {"v": runs[name][0], "m": m, "step_ms": 1e3 * min(times[name]),
+                      "step_ms_median": 1e3 * statistics.median(times[name]), "peak_bytes": max(peaks[name]),
+                      "stages": runs[name][3]} for name in names}
     return {"rank": rank, "latency_ms": latency, "costs": costs, "results": results, "load": os.getloadavg()[0]}
 
 
@@ -196,7 +213,10 @@ def simulate(names, per_rank, p):
                 n, s = map(int, key.split(":"))
                 if n == p * v:
                     stage_costs_[s] = c
-        mean = {k: statistics.mean(c[k] for c in stage_costs_.values()) for k in ("F", "B", "I", "W")}
+        # costs as measured inside the runs (fastest instance of each action kind, mean over stages);
+        # the isolated timings are the fallback
+        mean = {k: statistics.mean(c.get(f"run_{k}", c[k]) for c in stage_costs_.values())
+                for k in ("F", "B", "I", "W")}
         act = {s: float(c["act_bytes"]) for s, c in stage_costs_.items()}
         lowered = add_send_recv(generate_schedule(name, p, m, v))
         sim = simulate_schedule(lowered, Costs(mean["F"], mean["I"], mean["W"], mean["B"]), comm_latency=latency,
@@ -304,7 +324,7 @@ def write_docs(text: str) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nproc", type=int, action="append", help="ranks (repeat for several); default 2")
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per schedule (after one warm-up)")
+    parser.add_argument("--steps", type=int, default=5, help="timed rounds over the schedules (after one warm-up)")
     parser.add_argument("--m-factor", type=int, default=4, help="microbatches = m_factor * ranks")
     parser.add_argument("--schedules", default=None, help="comma-separated names (default: all)")
     parser.add_argument("--no-split-cost", action="store_true", help="skip the I + W vs B timing")

@@ -11,8 +11,8 @@
 
 See ``docs/pipeline_dygraph.md``.
 """
-from .placement import (build_stages, interleaved_stage_indices, pipeline_group, split_model, split_sizes,  # noqa: F401
-                        stage_indices, v_shape_stage_indices)
+from .placement import (build_stages, interleaved_stage_indices, pipeline_group,  # noqa: F401
+                        split_model, split_sizes, stage_indices, v_shape_stage_indices)
 from .schedules import (PipelineRuntimeError, PipelineScheduleRuntime, Schedule1F1B,  # noqa: F401
                         ScheduleDualPipeV, ScheduleFThenB, ScheduleInterleaved1F1B, ScheduleInterleavedZB,
                         ScheduleLoopedBFS, ScheduleVPP, ScheduleZBH1, ScheduleZBH2, ScheduleZBV, get_schedule,
@@ -24,4 +24,5 @@ __all__ = ["get_schedule", "schedule_class_names", "PipelineScheduleRuntime", "P
            "ScheduleFThenB", "Schedule1F1B", "ScheduleVPP", "ScheduleInterleaved1F1B", "ScheduleLoopedBFS",
            "ScheduleZBH1", "ScheduleZBH2", "ScheduleZBV", "ScheduleDualPipeV", "ScheduleInterleavedZB",
            "split_model", "split_sizes", "stage_indices", "v_shape_stage_indices", "interleaved_stage_indices",
-           "build_stages", "pipeline_group", "SplitStrategy", "DeferredLinearSplit", "RegradSplit", "get_split_strategy"]
+           "build_stages", "pipeline_group", "SplitStrategy", "DeferredLinearSplit", "RegradSplit",
+           "get_split_strategy"]

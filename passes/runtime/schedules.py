@@ -34,7 +34,7 @@ paddle_ext.errors.ScheduleError: unknown schedule 'ZB-H3' (did you mean ...?); k
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from paddle_ext.errors import ScheduleError
 from paddle_ext.passes.schedule_ir import Action, Kind, format_grid
@@ -300,7 +300,8 @@ class PipelineScheduleRuntime:
     def _run(self, a: Action, arg_mbs, kwarg_mbs, target_mbs, return_output: bool) -> None:
         runner, mb, kind = self._runners[a.stage], a.microbatch, a.kind
         if kind is Kind.F:
-            runner.forward(mb, arg_mbs[mb], kwarg_mbs[mb], (a.stage, mb) in self._split_pairs, self._loss_fn,
+            split = self._has_backward and (a.stage, mb) in self._split_pairs
+            runner.forward(mb, arg_mbs[mb], kwarg_mbs[mb], split, self._loss_fn,
                            target_mbs[mb] if runner.is_last and target_mbs is not None else None, return_output)
             nxt = self._runners.get(a.stage + 1)
             if nxt is not None and not runner.is_last:

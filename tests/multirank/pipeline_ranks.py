@@ -96,7 +96,6 @@ def run_grid(configs, steps=2, lr=0.1):
             continue
         mine = sorted(s.stage_index for s in stages)
         ref_params = [q for i in mine for q in ref_blocks[i].parameters()]
-        pipe_params = [q for s in stages for q in s.sublayer.parameters()]
         pipe_params = [q for i in mine for q in pipe_blocks[i].parameters()]
         ref_opt = paddle.optimizer.SGD(lr, parameters=[q for b in ref_blocks for q in b.parameters()])
         pipe_opt = paddle.optimizer.SGD(lr, parameters=pipe_params)
