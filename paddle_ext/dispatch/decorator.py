@@ -94,18 +94,36 @@ def _attr(v):
     return v
 
 
+def _as_function(sop: SpmdOp) -> Callable:
+    """A plain function around ``sop``: dy2static skips paddle_ext's functions (an object with
+    ``__call__`` would be transcribed instead), so the dispatcher runs as Python in to_static."""
+    def op(*args, **kwargs):
+        return sop(*args, **kwargs)
+
+    functools.update_wrapper(op, sop.fn)
+    op.spmd = sop
+    try:
+        from ..compat.dispatch import ignore_in_dy2static
+
+        ignore_in_dy2static()
+    except Exception:  # no Paddle yet: enable()/dispatch register it later
+        pass
+    return op
+
+
 def spmd_op(op: str | Callable | None = None, *, rule: str | None = None):
     """Decorator: ``@spmd_op("op")`` (or bare ``@spmd_op``, which uses the function's name).
 
-    ``rule`` names the registered SPMD rule when it differs from ``op``.
+    ``rule`` names the registered SPMD rule when it differs from ``op``. The result is a plain
+    function; its ``.spmd`` attribute is the :class:`SpmdOp`.
     """
     if callable(op):
-        return SpmdOp(op.__name__, op, rule)
+        return _as_function(SpmdOp(op.__name__, op, rule))
     if op is not None and not isinstance(op, str):
         raise ShardingRuleError(f"spmd_op takes an op name string, got {op!r}")
 
     def deco(fn):
-        return SpmdOp(op or fn.__name__, fn, rule)
+        return _as_function(SpmdOp(op or fn.__name__, fn, rule))
     return deco
 
 

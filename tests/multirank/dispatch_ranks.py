@@ -305,3 +305,74 @@ def misc_checks():
     """One launch for the small checks: gradient fix, bad inputs, uneven mean, audit."""
     return {"grad": gradient_fix_vs_local_map(), "bad": bad_inputs(), "mean": mean_uneven(),
             "audit": audit_before_after()}
+
+
+def _static_data():
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((16, 6)).astype("float32"), rng.standard_normal((16, 6)).astype("float32")
+
+
+def to_static_losses(dense, steps=3):
+    """A data-parallel model using enable()'d ops and an @spmd_op with a replicated weight
+    consumed locally, trained under dist.to_static (or dense); returns the losses."""
+    import paddle
+    import paddle.distributed as dist
+
+    import paddle_ext.dispatch as pd
+
+    paddle.seed(1)
+    mesh = _mesh(M2)
+    X, Y = _static_data()
+
+    @pd.spmd_op("matmul")
+    def local_matmul(x, y, trans_x=False, trans_y=False):
+        return paddle.matmul(x, y)
+
+    class M(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc = paddle.nn.Linear(6, 6)
+            self.w2 = self.create_parameter([6, 6])
+            if not dense:
+                self.fc.weight = dist.shard_tensor(self.fc.weight, mesh, [dist.Replicate()])
+                self.fc.bias = dist.shard_tensor(self.fc.bias, mesh, [dist.Replicate()])
+                self.w2 = dist.shard_tensor(self.w2, mesh, [dist.Replicate()])
+
+        def forward(self, x):
+            h = local_matmul(self.fc(x), self.w2)     # w2 replicated, consumed locally: P(sum) grad
+            h = paddle.flip(h, [1])
+            return paddle.tril(h, 1) + h
+
+    model = M()
+    opt = paddle.optimizer.SGD(0.05, parameters=model.parameters())
+    losses = []
+    if dense:
+        for s in range(steps):
+            b = slice((s % 2) * 8, (s % 2) * 8 + 8)
+            loss = paddle.nn.functional.mse_loss(model(paddle.to_tensor(X[b])), paddle.to_tensor(Y[b]))
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+            losses.append(float(loss))
+        return losses
+
+    class D(paddle.io.Dataset):
+        def __getitem__(self, i):
+            return X[i], Y[i]
+
+        def __len__(self):
+            return 16
+
+    loader = dist.shard_dataloader(paddle.io.DataLoader(D(), batch_size=8, shuffle=False), meshes=[mesh],
+                                   shard_dims="d0")
+    pd.enable(["flip", "tril", "mean"])
+    try:
+        dm = dist.to_static(model, loader, paddle.nn.MSELoss(), opt)
+        dm.train()
+        batches = list(loader())
+        for s in range(steps):
+            x, y = batches[s % 2]
+            losses.append(float(np.asarray(dm(x, y)).reshape(-1)[0]))
+    finally:
+        pd.disable()
+    return losses

@@ -55,3 +55,12 @@ def test_gradient_fix_mean_fix_audit_and_errors(tmp_path):
         b = r["bad"]
         assert "different meshes" in b["meshes"] and "reshard" in b["meshes"]
         assert "no_such_op" in b["norule"] and "register_spmd_rule" in b["norule"]
+
+
+def test_to_static_training_matches_dense(tmp_path):
+    """dist.to_static: an @spmd_op consuming a replicated weight locally (gradient hint P(sum)),
+    enable()'d flip/tril, and mean (Partial output replicated explicitly in PIR) train like dense."""
+    dense = dr.to_static_losses(True)
+    res = run_ranks(dr.to_static_losses, nproc=2, args=(False,), timeout=150, log_dir=tmp_path / "log")
+    for losses in res:
+        assert losses == pytest.approx(dense, rel=1e-5, abs=1e-5)

@@ -1,0 +1,213 @@
+"""Rank functions for the static-Engine tests: dist.to_static training under TP, DP, PP.
+
+Every model is built from numpy weights drawn from a fixed seed, so the single-process dense
+reference (:func:`dense_losses`) trains the very same numbers. A config is a plain dict:
+
+* ``model``: "mlp" (Linear+ReLU blocks) or "transformer" (pre-norm attention + MLP blocks);
+* ``layer_meshes``: for PP, the stage (mesh index) of each block, e.g. [0, 0, 1, 1];
+* ``schedule``, ``acc`` (micro-batches), ``vpp`` (chunks per rank), ``steps``;
+* ``tp``/``dp``: tensor / data parallel degree (mesh ``[dp, tp]`` per stage).
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+HIDDEN, IN, OUT, BATCH = 16, 8, 4, 8
+
+
+def _weights(model: str, n_blocks: int):
+    rng = np.random.default_rng(7)
+    w = {"w_in": rng.standard_normal((IN, HIDDEN)).astype("float32") * 0.3,
+         "w_out": rng.standard_normal((HIDDEN, OUT)).astype("float32") * 0.3}
+    for i in range(n_blocks):
+        if model == "mlp":
+            w[f"b{i}.w"] = rng.standard_normal((HIDDEN, HIDDEN)).astype("float32") * 0.3
+            w[f"b{i}.b"] = rng.standard_normal((HIDDEN,)).astype("float32") * 0.1
+        else:
+            for name in ("q", "k", "v", "o"):
+                w[f"b{i}.{name}"] = rng.standard_normal((HIDDEN, HIDDEN)).astype("float32") * 0.2
+            w[f"b{i}.up"] = rng.standard_normal((HIDDEN, 2 * HIDDEN)).astype("float32") * 0.2
+            w[f"b{i}.down"] = rng.standard_normal((2 * HIDDEN, HIDDEN)).astype("float32") * 0.2
+            w[f"b{i}.ln"] = (1.0 + 0.1 * rng.standard_normal((HIDDEN,))).astype("float32")
+    return w
+
+
+def _data(steps: int, batch: int, model: str):
+    rng = np.random.default_rng(11)
+    shape = (steps * batch, IN) if model == "mlp" else (steps * batch, 3, IN)
+    xs = rng.standard_normal(shape).astype("float32")
+    ys = rng.standard_normal(shape[:-1] + (OUT,)).astype("float32")
+    return xs, ys
+
+
+def _block_forward(F, model, p, i, h, shard=None):
+    """One block on tensors; ``p`` maps names to parameters. ``shard`` = (mesh, dist) for TP."""
+    import paddle
+
+    if model == "mlp":
+        return F.relu(paddle.matmul(h, p[f"b{i}.w"]) + p[f"b{i}.b"])
+    x = F.layer_norm(h, [HIDDEN]) * p[f"b{i}.ln"]
+    q, k, v = (paddle.matmul(x, p[f"b{i}.{n}"]) for n in "qkv")
+    att = F.softmax(paddle.matmul(q, k, transpose_y=True) / 4.0, axis=-1)
+    h = h + paddle.matmul(paddle.matmul(att, v), p[f"b{i}.o"])
+    x = F.layer_norm(h, [HIDDEN]) * p[f"b{i}.ln"]
+    return h + paddle.matmul(F.gelu(paddle.matmul(x, p[f"b{i}.up"])), p[f"b{i}.down"])
+
+
+def dense_losses(cfg):
+    """Single-process reference: the full batch per step (= mean over micro-batches), SGD."""
+    import paddle
+    import paddle.nn.functional as F
+
+    model, n = cfg.get("model", "mlp"), len(cfg["layer_meshes"])
+    steps, batch = cfg["steps"], cfg.get("batch", BATCH)
+    w = {k: paddle.create_parameter(v.shape, "float32", default_initializer=paddle.nn.initializer.Assign(v))
+         for k, v in _weights(model, n).items()}
+    opt = paddle.optimizer.SGD(cfg.get("lr", 0.1), parameters=list(w.values()))
+    xs, ys = _data(steps, batch, model)
+    losses = []
+    for s in range(steps):
+        h = paddle.matmul(paddle.to_tensor(xs[s * batch:(s + 1) * batch]), w["w_in"])
+        for i in range(n):
+            h = _block_forward(F, model, w, i, h)
+        loss = F.mse_loss(paddle.matmul(h, w["w_out"]), paddle.to_tensor(ys[s * batch:(s + 1) * batch]))
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+        losses.append(float(loss))
+    return losses
+
+
+def _build(cfg):
+    """The distributed model, loader and strategy for ``cfg`` on this rank."""
+    import paddle
+    import paddle.distributed as dist
+    import paddle.nn.functional as F
+
+    model, meshes_of = cfg.get("model", "mlp"), cfg["layer_meshes"]
+    n, tp, dp = len(meshes_of), cfg.get("tp", 1), cfg.get("dp", 1)
+    n_stages = max(meshes_of) + 1
+    per = tp * dp
+    meshes = [dist.ProcessMesh(np.arange(s * per, (s + 1) * per).reshape(dp, tp).tolist(), dim_names=["dp", "mp"])
+              for s in range(n_stages)]
+    R, S = dist.Replicate(), dist.Shard
+    weights = _weights(model, n)
+
+    def col(name):  # column parallel: output dim sharded on mp
+        return [R, S(1)] if tp > 1 else [R, R]
+
+    def row(name):
+        return [R, S(0)] if tp > 1 else [R, R]
+
+    def place(name):
+        if name in ("w_in",):
+            return meshes[meshes_of[0]], [R, R]
+        if name == "w_out":
+            return meshes[meshes_of[-1]], [R, R]
+        i, kind = name[1:].split(".")
+        mesh = meshes[meshes_of[int(i)]]
+        if kind in ("w", "q", "k", "v", "up"):
+            return mesh, col(name)
+        if kind in ("o", "down"):
+            return mesh, row(name)
+        if kind == "b":
+            return mesh, [R, S(0)] if tp > 1 else [R, R]
+        return mesh, [R, R]
+
+    class Block(paddle.nn.Layer):
+        def __init__(self, i):
+            super().__init__()
+            self.i = i
+            self.p = {}
+            for k in weights:
+                if k.startswith(f"b{i}."):
+                    mesh, pl = place(k)
+                    par = self.create_parameter(weights[k].shape, default_initializer=paddle.nn.initializer.Assign(weights[k]))
+                    par = dist.shard_tensor(par, mesh, pl)
+                    setattr(self, k.split(".")[1], par)
+                    self.p[k] = par
+
+        def forward(self, h):
+            p = {k: getattr(self, k.split(".")[1]) for k in self.p}
+            return _block_forward(F, model, p, self.i, h)
+
+    class Net(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            for k in ("w_in", "w_out"):
+                mesh, pl = place(k)
+                par = self.create_parameter(weights[k].shape, default_initializer=paddle.nn.initializer.Assign(weights[k]))
+                setattr(self, k, dist.shard_tensor(par, mesh, pl))
+            self.blocks = paddle.nn.LayerList([Block(i) for i in range(n)])
+
+        def forward(self, x):
+            h = paddle.matmul(x, self.w_in)
+            for i, block in enumerate(self.blocks):
+                if i and meshes_of[i] != meshes_of[i - 1]:
+                    h = dist.reshard(h, meshes[meshes_of[i]], [R, R])
+                h = block(h)
+            return paddle.matmul(h, self.w_out)
+
+    class Data(paddle.io.Dataset):
+        def __init__(self):
+            self.x, self.y = _data(cfg["steps"], cfg.get("batch", BATCH), model)
+
+        def __getitem__(self, i):
+            return self.x[i], self.y[i]
+
+        def __len__(self):
+            return len(self.x)
+
+    net = Net()
+    opt = paddle.optimizer.SGD(cfg.get("lr", 0.1), parameters=net.parameters())
+    loader = paddle.io.DataLoader(Data(), batch_size=cfg.get("batch", BATCH), shuffle=False)
+    first, last = meshes[meshes_of[0]], meshes[meshes_of[-1]]
+    shard_dims = "dp" if dp > 1 else None
+    dist_loader = dist.shard_dataloader(loader, meshes=[first, last] if first != last else [first],
+                                        shard_dims=shard_dims)
+
+    def loss_fn(out, y):
+        if cfg.get("label_to_loss_mesh") and y.process_mesh != out.process_mesh:
+            y = dist.reshard(y, out.process_mesh, [R, R])
+        return F.mse_loss(out, y)
+
+    strategy = dist.Strategy()
+    if n_stages > 1:
+        strategy.pipeline.enable = True
+        strategy.pipeline.schedule_mode = cfg["schedule"]
+        strategy.pipeline.accumulate_steps = cfg["acc"]
+        strategy.pipeline.micro_batch_size = cfg.get("batch", BATCH) // cfg["acc"]
+        strategy.pipeline.pp_degree = n_stages if cfg.get("vpp", 1) == 1 else n_stages
+        strategy.pipeline.vpp_degree = cfg.get("vpp", 1)
+        if cfg.get("vpp", 1) > 1:
+            strategy.pipeline.vpp_seg_method = "Block"
+        strategy.pipeline.split_backward = cfg.get("split_backward", False)
+    return net, opt, dist_loader, loss_fn, strategy
+
+
+def train_losses(cfg):
+    """``dist.to_static`` training for ``cfg``; returns this rank's per-step losses (None where
+    the rank computes no loss) and the job types of its plan."""
+    import paddle.distributed as dist
+
+    from paddle_ext.compat.static_engine import install_static
+    from paddle_ext.testing import record_action
+
+    install_static()
+    logging.getLogger("paddle_ext").setLevel(logging.INFO)
+    net, opt, loader, loss_fn, strategy = _build(cfg)
+    record_action(f"building {cfg.get('schedule', 'no-pp')}")
+    dm = dist.to_static(net, loader, loss_fn, opt, strategy=strategy)
+    dm.train()
+    losses = []
+    for step, (x, y) in enumerate(loader()):
+        if step >= cfg["steps"]:
+            break
+        record_action(f"step {step}")
+        loss = dm(x, y)
+        losses.append(None if loss is None else np.asarray(loss, dtype="float64").reshape(-1).tolist())
+    plan = dm._engine._job_plan
+    jobs = [] if plan is None else [(j.type(), j.micro_batch_id()) for j in plan.job_list()]
+    return {"losses": losses, "jobs": jobs}
