@@ -4,13 +4,12 @@
 
 Prints one row per schedule: generate, validate (static checks), simulate (which includes the
 static checks), and optionally add_send_recv + simulating the lowered schedule. Each figure is the
-best of ``--repeat`` runs (wall time). The target is under a second for generate + simulate at
+best of ``--repeat`` runs (wall time; "(cpu)" is this process's CPU time for generate + simulate). The target is under a second for generate + simulate at
 p = 64, m = 512. A calibration line (a fixed pure-Python loop) shows how fast this machine is
 right now, since other processes can slow every figure down. Pure Python; no Paddle import.
 """
 import argparse
 import time
-import timeit
 
 from paddle_ext.passes import (add_send_recv, generate_schedule, get_schedule_info, schedule_names,
                                simulate_schedule)
@@ -18,18 +17,20 @@ from paddle_ext.passes.validate import check_structure
 
 
 def timed(fn, *args, repeat: int = 1, **kwargs):
-    """(value, best wall time over ``repeat`` runs)."""
-    best = float("inf")
+    """(value, best wall time, best CPU time of this process) over ``repeat`` runs."""
+    wall = cpu = float("inf")
     for _ in range(repeat):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         value = fn(*args, **kwargs)
-        best = min(best, time.perf_counter() - start)
-    return value, best
+        wall = min(wall, time.perf_counter() - start)
+        cpu = min(cpu, time.process_time() - start_cpu)
+    return value, wall, cpu
 
 
-def calibration_us() -> float:
-    """Best time of sum(range(10**4)) in microseconds (about 80-100 on an idle 3 GHz core)."""
-    return min(timeit.repeat("sum(range(10000))", number=100, repeat=5)) / 100 * 1e6
+def calibration_us() -> tuple:
+    """Best (wall, CPU) time of sum(range(10**4)) in microseconds; about 80-100 on an idle 3 GHz core."""
+    _, wall, cpu = timed(lambda: [sum(range(10000)) for _ in range(100)], repeat=5)
+    return wall / 100 * 1e6, cpu / 100 * 1e6
 
 
 def main() -> None:
@@ -41,22 +42,25 @@ def main() -> None:
     args = parser.parse_args()
     p, m, rep = args.stages, args.microbatches, args.repeat
     print(f"p={p} ranks, m={m} microbatches, default chunks per schedule, best of {rep}")
-    print(f"calibration: sum(range(10**4)) takes {calibration_us():.0f} us here (about 80-100 us on an idle core)")
-    header = f"{'schedule':14s} {'v':>2s} {'actions':>8s} {'generate':>9s} {'validate':>9s} {'simulate':>9s} {'gen+sim':>8s}"
+    wall_us, cpu_us = calibration_us()
+    print(f"calibration: sum(range(10**4)) takes {wall_us:.0f} us wall, {cpu_us:.0f} us CPU here "
+          "(about 80-100 us on an idle core)")
+    header = (f"{'schedule':14s} {'v':>2s} {'actions':>8s} {'generate':>9s} {'validate':>9s} {'simulate':>9s} "
+              f"{'gen+sim':>8s} {'(cpu)':>7s}")
     if args.lowering:
         header += f" {'lower':>8s} {'sim lowered':>11s}"
     print(header)
     for name in schedule_names():
         v = get_schedule_info(name).default_chunks
-        schedule, t_gen = timed(generate_schedule, name, p, m, repeat=rep)
-        _, t_check = timed(check_structure, schedule, repeat=rep)
-        result, t_sim = timed(simulate_schedule, schedule, repeat=rep)  # includes its own static checks
+        schedule, t_gen, c_gen = timed(generate_schedule, name, p, m, repeat=rep)
+        _, t_check, _ = timed(check_structure, schedule, repeat=rep)
+        result, t_sim, c_sim = timed(simulate_schedule, schedule, repeat=rep)  # includes its own static checks
         n_actions = sum(len(a) for a in schedule.values())
         row = (f"{name:14s} {v:2d} {n_actions:8d} {t_gen:8.3f}s {t_check:8.3f}s {t_sim:8.3f}s "
-               f"{t_gen + t_sim:7.3f}s")
+               f"{t_gen + t_sim:7.3f}s {c_gen + c_sim:6.3f}s")
         if args.lowering:
-            lowered, t_low = timed(add_send_recv, schedule)
-            _, t_sim_low = timed(simulate_schedule, lowered)
+            lowered, t_low, _ = timed(add_send_recv, schedule)
+            _, t_sim_low, _ = timed(simulate_schedule, lowered)
             row += f" {t_low:7.3f}s {t_sim_low:10.3f}s"
         print(row + f"   bubble/ideal {result.bubble_vs_ideal:.4f}")
 
