@@ -33,7 +33,7 @@ import csv
 import io
 import re
 from enum import Enum
-from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 from paddle_ext.errors import ScheduleError
 
@@ -249,10 +249,3 @@ def load_csv(path: str) -> Schedule:
     with open(path, newline="", encoding="utf-8") as stream:
         return schedule_from_csv(stream.read())
 
-
-def iter_actions(schedule: Mapping[int, Iterable[Optional[Action]]]):
-    """Yield ``(rank, step, action)`` for every non-idle slot, ranks in order."""
-    for rank in sorted(schedule):
-        for step, action in enumerate(schedule[rank]):
-            if action is not None:
-                yield rank, step, action
