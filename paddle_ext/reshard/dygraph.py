@@ -275,6 +275,14 @@ def _reshard_values(x, mesh, paddle_placements, check: bool, stats):
     return _run(paddle, _local(x, s_ranks), x.dtype, geo, plan, mesh, exact, stats)
 
 
+def _own_mesh(paddle, mesh):
+    """A ProcessMesh that owns its data, equal to ``mesh``."""
+    import numpy as np
+
+    ids = np.array(list(mesh.process_ids)).reshape(list(mesh.shape)).tolist()
+    return paddle.distributed.ProcessMesh(ids, dim_names=list(mesh.dim_names))
+
+
 def _pylayer():
     paddle = require_paddle("paddle_ext.reshard")
 
@@ -283,7 +291,9 @@ def _pylayer():
 
         @staticmethod
         def forward(ctx, x, mesh, placements, check, stats):
-            ctx.src_mesh, ctx.check = x.process_mesh, check
+            # x.process_mesh is a view into x's C++ attributes: once x is freed (activations
+            # often are before backward) it dangles, so keep a ProcessMesh of our own
+            ctx.src_mesh, ctx.check = _own_mesh(paddle, x.process_mesh), check
             ctx.src_placements = to_paddle_placements(placements_of(x))
             return _reshard_values(x, mesh, placements, check, stats)
 
