@@ -376,3 +376,18 @@ def to_static_losses(dense, steps=3):
     finally:
         pd.disable()
     return losses
+
+
+def custom_ops():
+    """The two examples: a Python op and a C++ custom op, each with a Python SPMD rule."""
+    import os
+    import sys
+
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
+    for p in (root, os.path.join(root, "custom_op_cpp")):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    import custom_op_python
+    import op as custom_op_cpp
+
+    return {"python": custom_op_python.check(), "cpp": custom_op_cpp.check()}

@@ -64,3 +64,22 @@ def test_to_static_training_matches_dense(tmp_path):
     res = run_ranks(dr.to_static_losses, nproc=2, args=(False,), timeout=150, log_dir=tmp_path / "log")
     for losses in res:
         assert losses == pytest.approx(dense, rel=1e-5, abs=1e-5)
+
+
+def test_custom_ops_python_and_cpp(tmp_path):
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "..", "examples", "custom_op_cpp"))
+    import op as custom_op_cpp
+
+    custom_op_cpp.build()   # once, in the parent: the ranks load the cached build
+    res = run_ranks(dr.custom_ops, nproc=2, timeout=150, log_dir=tmp_path / "log")
+    for r in res:
+        py, cpp = r["python"], r["cpp"]
+        assert py["y"] == "[Shard(dim=0)]" and py["dw"] == "[Partial(reduce_type=SUM)]"
+        assert max(py["y_err"], py["dx_err"], py["dw_err"]) < 1e-4
+        assert cpp["y"] == "[Shard(dim=1)]"
+        assert max(cpp["y_err"], cpp["dx_err"]) < 1e-5
+    assert [r["cpp"]["local"] for r in res] == [[5, 4], [5, 3]]
