@@ -146,7 +146,8 @@ def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
     ``slots``: one entry per tensor parameter of the rule (a tensor, a list of tensors, or None);
     ``attrs``: the rule's attributes; ``run_local(local_slots, ctx)`` computes on local tensors.
     """
-    call = Call(op, list(slots), dict(attrs), run_local)
+    attrs = {k: tuple(v) if isinstance(v, list) else v for k, v in attrs.items()}  # hashable: rule caches
+    call = Call(op, list(slots), attrs, run_local)
     flat = flatten_slots(call.slots)
     dist_ts = [t for t in flat if cd.is_dist(t)]
     if not dist_ts:

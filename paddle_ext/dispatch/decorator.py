@@ -89,9 +89,7 @@ class SpmdOp:
 
 
 def _attr(v):
-    if isinstance(v, tuple):
-        return list(v)
-    return v
+    return tuple(v) if isinstance(v, list) else v
 
 
 def _as_function(sop: SpmdOp) -> Callable:
