@@ -47,8 +47,25 @@ def to_paddle_placements(placements: str | Sequence) -> list:
     return out
 
 
-def from_paddle_placements(placements: Sequence) -> tuple[Placement, ...]:
-    """A list of ``paddle.distributed`` placements -> paddle-ext placements (lossless or raise)."""
+def pad_placements(placements: Sequence[Placement], mesh_ndim: int) -> tuple[Placement, ...]:
+    """Paddle's convention: a placement list shorter than the mesh means Replicate on the rest.
+
+    (``dist.shard_layer`` gives unsharded parameters ``[Replicate()]`` on any mesh, and Paddle's
+    own reshards accept that.) A longer list raises.
+    """
+    pls = tuple(placements)
+    if len(pls) > mesh_ndim:
+        raise ConversionError(
+            f"{format_placements(pls)} has {len(pls)} placements for a mesh of {mesh_ndim} dims; "
+            f"give at most one placement per mesh dim")
+    return pls + (Replicate(),) * (mesh_ndim - len(pls))
+
+
+def from_paddle_placements(placements: Sequence, mesh_ndim: int | None = None) -> tuple[Placement, ...]:
+    """A list of ``paddle.distributed`` placements -> paddle-ext placements (lossless or raise).
+
+    With ``mesh_ndim``, a shorter list is padded with Replicate as Paddle does.
+    """
     out: list[Placement] = []
     orders: dict[int, list[tuple[int, int]]] = {}
     for i, p in enumerate(placements):
@@ -78,7 +95,7 @@ def from_paddle_placements(placements: Sequence) -> tuple[Placement, ...]:
             raise ConversionError(
                 f"co-shard of tensor dim {dim} in {list(placements)} splits by a mesh-dim order other than "
                 f"ascending; paddle-ext's model uses the lower mesh dim as the outer split, reshard to that order")
-    return tuple(out)
+    return tuple(out) if mesh_ndim is None else pad_placements(out, mesh_ndim)
 
 
 def mesh_shape(mesh) -> tuple[int, ...]:
@@ -153,5 +170,5 @@ def spec_of(tensor) -> DistSpec:
         raise ConversionError(
             f"tensor of shape {list(tensor.shape)} is not a DistTensor; create it with "
             f"paddle.distributed.shard_tensor(x, mesh, placements)")
-    return DistSpec(tuple(tensor.shape), mesh_shape(tensor.process_mesh),
-                    from_paddle_placements(tensor.placements))
+    shape = mesh_shape(tensor.process_mesh)
+    return DistSpec(tuple(tensor.shape), shape, from_paddle_placements(tensor.placements, len(shape)))

@@ -22,7 +22,7 @@ import hashlib
 import math
 from typing import Sequence
 
-from ..compat.convert import from_paddle_placements, mesh_shape, to_paddle_placements
+from ..compat.convert import from_paddle_placements, mesh_shape, pad_placements, to_paddle_placements
 from ..compat.version import require_paddle
 from ..errors import PlacementError, ReshardPlanError
 from ..placements import DistSpec, format_placements
@@ -196,8 +196,8 @@ def _specs(x, mesh, placements):
     if not (hasattr(mesh, "process_ids") and hasattr(mesh, "shape")):
         raise ReshardPlanError(f"reshard of {_describe(x)}: mesh must be a ProcessMesh, got {mesh!r}")
     try:
-        src_pl = placements_of(x)
-        dst_pl = from_paddle_placements(list(placements))
+        src_pl = pad_placements(placements_of(x), len(mesh_shape(x.process_mesh)))
+        dst_pl = from_paddle_placements(list(placements), len(mesh_shape(mesh)))
         src = DistSpec(tuple(x.shape), mesh_shape(x.process_mesh), src_pl)
         dst = DistSpec(tuple(x.shape), mesh_shape(mesh), dst_pl)
     except PlacementError as exc:

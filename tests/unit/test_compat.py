@@ -21,6 +21,14 @@ def test_paddle_placements_round_trip(text):
     assert from_paddle_placements(pls) == parse_placements(text)
 
 
+def test_shorter_placement_lists_mean_replicate_as_in_paddle():
+    # dist.shard_layer leaves unsharded parameters as [Replicate()] on any mesh
+    assert from_paddle_placements([dist.Replicate()], mesh_ndim=2) == parse_placements("[R,R]")
+    assert from_paddle_placements([dist.Shard(1)], mesh_ndim=3) == parse_placements("[S(1),R,R]")
+    with pytest.raises(errors.ConversionError, match="has 2 placements for a mesh of 1 dims"):
+        from_paddle_placements([dist.Replicate(), dist.Replicate()], mesh_ndim=1)
+
+
 def test_co_shard_uses_paddle_shard_order():
     pls = to_paddle_placements("[S(0),S(0)]")
     assert [p.get_co_shard_order() for p in pls] == [0, 1]
