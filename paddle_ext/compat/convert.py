@@ -75,12 +75,13 @@ def from_paddle_placements(placements: Sequence, mesh_ndim: int | None = None) -
         if p.is_replicated():
             out.append(Replicate())
         elif p.is_shard():
-            if p.get_split_factor() != 1:
+            dim, split_factor, order = _shard_fields(p)
+            if split_factor != 1:
                 raise ConversionError(
-                    f"{p!r} on mesh dim {i} has split_factor {p.get_split_factor()}; paddle-ext "
-                    f"placements express plain ceil-first shards only; reshard to Shard({p.get_dim()}) first")
-            out.append(Shard(p.get_dim()))
-            orders.setdefault(p.get_dim(), []).append((p.get_co_shard_order(), i))
+                    f"{p!r} on mesh dim {i} has split_factor {split_factor}; paddle-ext "
+                    f"placements express plain ceil-first shards only; reshard to Shard({dim}) first")
+            out.append(Shard(dim))
+            orders.setdefault(dim, []).append((order, i))
         elif p.is_partial():
             name = p.reduce_type().name
             if name not in _REDUCE_FROM_NAME:
@@ -96,6 +97,26 @@ def from_paddle_placements(placements: Sequence, mesh_ndim: int | None = None) -
                 f"co-shard of tensor dim {dim} in {list(placements)} splits by a mesh-dim order other than "
                 f"ascending; paddle-ext's model uses the lower mesh dim as the outer split, reshard to that order")
     return tuple(out) if mesh_ndim is None else pad_placements(out, mesh_ndim)
+
+
+_SHARD_REPR = re.compile(r"Shard\(dim=(\d+)(?:, shard_order=(\d+))?(?:, split_factor=(\d+))?\)")
+
+
+def _shard_fields(p) -> tuple[int, int, int]:
+    """(dim, split_factor, co-shard order) of a Paddle Shard placement.
+
+    Paddle 3.3.1 hands co-shard placements back from ``DistTensor.placements`` as bare
+    ``libpaddle.Placement`` objects without ``get_dim``/``get_split_factor``; their repr
+    (``Shard(dim=0, shard_order=1)``) still carries the fields.
+    """
+    if hasattr(p, "get_dim"):
+        order = p.get_co_shard_order() if hasattr(p, "get_co_shard_order") else 0
+        return p.get_dim(), p.get_split_factor() if hasattr(p, "get_split_factor") else 1, order
+    m = _SHARD_REPR.fullmatch(repr(p))
+    if m is None:
+        raise ConversionError(f"cannot read the Paddle shard placement {p!r}; paddle-ext knows "
+                              f"Shard(dim=D[, shard_order=K]) as Paddle 3.3 prints it")
+    return int(m.group(1)), int(m.group(3) or 1), int(m.group(2) or 0)
 
 
 def mesh_shape(mesh) -> tuple[int, ...]:

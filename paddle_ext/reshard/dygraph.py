@@ -149,35 +149,8 @@ class PaddleBackend:
 
 
 def placements_of(x) -> tuple:
-    """paddle-ext placements of DistTensor ``x``.
-
-    Paddle 3.3.1 returns co-shard placements (``[Shard(0), Shard(0)]``) as bare
-    ``libpaddle.Placement`` objects without ``get_split_factor``, which
-    ``compat.from_paddle_placements`` cannot read; the dist attr's multi dims_mapping can.
-    """
-    import re
-
-    from ..errors import ConversionError
-    from ..placements import Shard
-
-    try:
-        return from_paddle_placements(x.placements)
-    except AttributeError:
-        pass
-    out, orders = [], {}
-    for i, p in enumerate(x.placements):
-        m = re.fullmatch(r"Shard\(dim=(\d+), shard_order=(\d+)\)", repr(p))
-        if m is None:
-            out.extend(from_paddle_placements([p]))
-            continue
-        out.append(Shard(int(m.group(1))))
-        orders.setdefault(int(m.group(1)), []).append((int(m.group(2)), i))
-    for dim, pairs in orders.items():
-        if [i for _, i in sorted(pairs)] != sorted(i for _, i in pairs):
-            raise ConversionError(
-                f"{list(x.placements)}: co-shard of tensor dim {dim} splits in an order other than "
-                f"ascending mesh dims; reshard to that order first")
-    return tuple(out)
+    """paddle-ext placements of DistTensor ``x`` (co-shard included; see compat.convert)."""
+    return from_paddle_placements(x.placements)
 
 
 def _describe(x) -> str:

@@ -120,3 +120,31 @@ def test_install_is_idempotent_and_reports():
 
         uninstall()
         uninstall_reshard()
+
+
+class _BarePlacement:
+    """What Paddle 3.3.1 returns from DistTensor.placements for co-shard: no get_dim, only a repr."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def is_replicated(self):
+        return False
+
+    def is_shard(self):
+        return True
+
+    def is_partial(self):
+        return False
+
+    def __repr__(self):
+        return self.text
+
+
+def test_bare_co_shard_placements_are_read_from_their_repr():
+    bare = [_BarePlacement("Shard(dim=0, shard_order=0)"), _BarePlacement("Shard(dim=0, shard_order=1)")]
+    assert from_paddle_placements(bare) == parse_placements("[S(0),S(0)]")
+    with pytest.raises(errors.ConversionError, match="order other than ascending"):
+        from_paddle_placements(bare[::-1])
+    with pytest.raises(errors.ConversionError, match="cannot read the Paddle shard placement"):
+        from_paddle_placements([_BarePlacement("Shard(axis=0)")])
