@@ -8,6 +8,8 @@ from .errors import (CompatError, ConversionError, HarnessError, PaddleExtError,
 from .placements import (DistSpec, Partial, Replicate, Shard, format_placements,  # noqa: F401
                          parse_placement, parse_placements)
 
+from . import reshard  # noqa: E402,F401  - callable: paddle_ext.reshard(x, mesh, placements)
+
 __version__ = "0.1.0"
 
 

@@ -4,7 +4,12 @@
 * :func:`simulate_reshard` -- run a plan on simulated numpy ranks (no Paddle).
 * :func:`reshard` -- the dygraph executor on Paddle DistTensors (imports Paddle when called).
 * :func:`install_reshard` -- route ``paddle.distributed.reshard`` (and ShardingStage1/2/3) here.
+
+The package itself is callable: ``paddle_ext.reshard(x, mesh, placements)`` is :func:`reshard`.
 """
+import sys
+import types
+
 from .planner import ReshardStep, format_plan, plan_bytes, plan_reshard  # noqa: F401
 from .simulated import simulate_reshard  # noqa: F401
 
@@ -21,3 +26,13 @@ def install_reshard(**kwargs):
     from .install import install_reshard as _install
 
     return _install(**kwargs)
+
+
+class _CallableReshardModule(types.ModuleType):
+    """``paddle_ext.reshard(x, mesh, placements)`` calls the executor; the package stays a package."""
+
+    def __call__(self, x, mesh, placements, **kwargs):
+        return reshard(x, mesh, placements, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableReshardModule
