@@ -1,0 +1,635 @@
+"""The static Engine's pipeline path on CPU/gloo, and paddle-ext's schedules inside it.
+
+``install_static()`` (idempotent; ``paddle_ext.install()`` calls it) applies these named fixes,
+each checked on the real Paddle object and revertible like :mod:`.fixes`:
+
+* ``static-gloo-collectives`` -- two CPU gaps, one fix. ``send_v2``/``recv_v2`` have only
+  throwing CPU kernels ("Do not support send for cpu kernel now."), and every CPU collective
+  kernel takes its communicator from the one shared CPU DeviceContext, which the executor binds
+  to the *first* collective it builds (``SetDeviceCommContext``: "if (!dev_ctx->GetCommContext())"),
+  so all rings of a process silently share one communicator. After the Engine has built what it
+  runs (the pipeline plan's job programs, else the dense program), every ``send_v2``,
+  ``recv_v2``, ``all_reduce``, ``all_gather`` and ``broadcast`` is rewritten into a small C++
+  op (built once with ``paddle.utils.cpp_extension``, cached) that looks its ring up in
+  ``CommContextManager`` when it runs. Point-to-point uses one 2-rank channel per direction
+  (a FIFO); a send enqueues a copy and returns, like NCCL's, and a per-channel thread does the
+  blocking gloo send, so a rank only waits in receives: any job order whose sends and receives
+  agree in order per channel runs (Paddle's FThenB, 1F1B, VPP and paddle-ext's lowered IR
+  schedules do). The rewrite runs after the pipeline pass, which therefore still sees
+  ``send_v2``/``recv_v2`` and classifies its jobs by op name.
+* ``static-pipeline-schedules`` -- ``pir_pass.pipeline_pass`` asserts the schedule is FThenB,
+  1F1B or VPP; it is replaced (in ``pir_pass`` and in ``engine``, which imported it by name) by
+  one that runs any registered ``pipeline_scheduler_<NAME>`` pass, matches names
+  case-insensitively and lists the available names when one is unknown.
+* ``static-engine-chunks`` -- the Engine only assigns chunk ids (``complete_chunk_id``) and
+  checks them when ``schedule_mode == "VPP"``, and fetches the loss from job ``"forward"`` or
+  (VPP) ``"forward{vpp_degree-1}"``. For paddle-ext's multi-chunk schedules the Engine sees
+  "VPP" while it builds the program; at run time the loss is read from the forward job that
+  defines it when the job Paddle asks for does not exist.
+* ``static-eager-param-reshard`` -- ``ProgramHelper.init_pir`` reshards every dist parameter
+  eagerly, including other stages' ones; on CPU builds an eager reshard on a rank outside both
+  meshes segfaults in ``GetDefaultPlace``. During ``init_pir`` such a reshard returns the
+  parameter unchanged (the rank holds nothing of it, which is what Paddle expects).
+
+Also here (compat is the only module touching ``core.Job``/``core.Plan``/pass registries):
+:func:`make_plan`, :func:`pipeline_pass_base`, :func:`register_pipeline_pass`,
+:func:`available_schedule_modes`, :func:`p2p_channels`.
+"""
+from __future__ import annotations
+
+import logging
+
+from ..errors import CompatError, ScheduleError
+from .fixes import Fix, _cpu_only
+from .version import require_paddle
+
+logger = logging.getLogger("paddle_ext.static")
+
+ENGINE_MODULE = "paddle.distributed.auto_parallel.static.engine"
+PIR_PASS_MODULE = "paddle.distributed.auto_parallel.static.pir_pass"
+HELPER_MODULE = "paddle.distributed.auto_parallel.static.helper"
+PASS_PREFIX = "pipeline_scheduler_"
+CHANNEL_TYPE = "paddle_ext_p2p"  # group_type of our per-direction channels
+# Paddle's registered names whose PIR pass cannot build a plan (no _partial_pir_programs)
+_PADDLE_BROKEN = frozenset({"ZBH1", "ZBVPP", "Eager1F1B"})
+
+
+# ------------------------------------------------------------------------------- registries
+def pipeline_pass_base():
+    """Paddle's ``PipelinePassBase`` (subclass it and implement ``_create_job_list`` and
+    ``_partial_pir_programs``)."""
+    require_paddle("static pipeline passes")
+    from paddle.distributed.passes.pipeline_scheduler_pass.pipeline_pass_base import PipelinePassBase
+
+    return PipelinePassBase
+
+
+def register_pipeline_pass(name: str, cls) -> None:
+    """Register ``cls`` as ``pipeline_scheduler_<name>`` (overwrites a broken Paddle pass)."""
+    require_paddle("static pipeline passes")
+    from paddle.distributed.passes.pass_base import register_pass
+
+    register_pass(PASS_PREFIX + name)(cls)
+
+
+def registered_pipeline_passes() -> dict:
+    require_paddle("static pipeline passes")
+    import paddle.distributed.passes  # noqa: F401 - registers Paddle's passes
+    from paddle.distributed.passes.pass_base import PassBase
+
+    return {name[len(PASS_PREFIX):]: cls for name, cls in PassBase._REGISTERED_PASSES.items()
+            if name.startswith(PASS_PREFIX)}
+
+
+def available_schedule_modes() -> list[str]:
+    """``schedule_mode`` values that build a plan: Paddle's working passes and paddle-ext's."""
+    return sorted(n for n, cls in registered_pipeline_passes().items()
+                  if n not in _PADDLE_BROKEN or getattr(cls, "paddle_ext_schedule", None))
+
+
+def resolve_schedule_mode(name: str) -> str:
+    """The registered name for ``name`` (exact, else case-insensitive); raises with the list."""
+    modes = available_schedule_modes()
+    if name in modes:
+        return name
+    lower = {m.lower(): m for m in modes}
+    if str(name).lower() in lower:
+        return lower[str(name).lower()]
+    import difflib
+
+    close = difflib.get_close_matches(str(name).lower(), list(lower), n=3, cutoff=0.5)
+    hint = f" (did you mean {', '.join(lower[c] for c in close)}?)" if close else ""
+    raise ScheduleError(
+        f"unknown pipeline schedule_mode {name!r}{hint}; available: {', '.join(modes)}. Set "
+        f"strategy.pipeline.schedule_mode to one of them (paddle-ext's need paddle_ext.install())")
+
+
+def make_job(job_type: str, micro_batch: int):
+    from paddle.base import core
+
+    job = core.Job(job_type)
+    job.set_micro_batch_id(int(micro_batch))
+    return job
+
+
+def make_plan(jobs, job_types, programs, num_micro_batches: int):
+    """``core.Plan`` from ``(job_type, micro_batch)`` pairs and one program per job type, with
+    Paddle's skip-gc bookkeeping (values a later job of the same micro-batch still needs)."""
+    require_paddle("static pipeline passes")
+    from paddle.base import core
+    from paddle.distributed.passes.pass_utils import set_skip_gc_vars
+
+    core_jobs = [make_job(t, mb) for t, mb in jobs]
+    type_to_program = set_skip_gc_vars(num_micro_batches, list(job_types), list(programs), core_jobs)
+    return core.Plan(core_jobs, type_to_program)
+
+
+# ----------------------------------------------------------------- collectives on gloo (CPU)
+# Why a C++ op: on CPU every static collective kernel reads its communicator from the one
+# shared CPU DeviceContext, and the executor binds it only if none is bound yet
+# (``SetDeviceCommContext``: ``if (!dev_ctx->GetCommContext())``). So the first collective
+# built in a process fixes the communicator of every later one: all rings collapse into one
+# (right only when every group has the same ranks in the same order), and send_v2/recv_v2 have
+# no CPU kernel at all. These ops look their ring up in CommContextManager when they run.
+GLOO_OPS_NAME = "paddle_ext_gloo_ops"
+GLOO_OPS_SOURCE = r'''
+// paddle-ext: gloo collectives that find their communicator by ring id when they run.
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "paddle/extension.h"
+#include "paddle/phi/core/dense_tensor.h"
+#include "paddle/phi/core/distributed/comm_context_manager.h"
+
+namespace phi {
+namespace distributed {
+// The wheel ships gloo_comm_context.h but not gloo's headers: declare the exported members.
+class GlooCommContext : public CommContext {
+ public:
+  void Broadcast(phi::DenseTensor* out, const phi::DenseTensor& in, int root, uint32_t tag);
+  void AllReduce(phi::DenseTensor* out, const phi::DenseTensor& in, int reduce_type, uint32_t tag);
+  void AllGather(phi::DenseTensor* out, const phi::DenseTensor& in, uint32_t tag);
+  void Send(const phi::DenseTensor& in, int dst, uint32_t tag);
+  void Recv(phi::DenseTensor* out, int src, uint32_t tag);
+};
+}  // namespace distributed
+}  // namespace phi
+
+namespace {
+phi::distributed::GlooCommContext* Ring(int ring_id) {
+  auto& manager = phi::distributed::CommContextManager::GetInstance();
+  const std::string key = std::to_string(ring_id);
+  PD_CHECK(manager.Has(key), "paddle-ext gloo op: no communicator for ring ", ring_id,
+           "; Engine._init_comm creates one per static process group of this rank");
+  return static_cast<phi::distributed::GlooCommContext*>(manager.Get(key));
+}
+phi::DenseTensor* Dense(const paddle::Tensor& t) { return static_cast<phi::DenseTensor*>(t.impl().get()); }
+
+// A send channel: the op enqueues a copy and returns (like NCCL's asynchronous send); one
+// thread per ring performs the blocking gloo sends in order. A rank then only ever waits in a
+// receive, so any job order whose per-channel send and receive orders agree cannot deadlock.
+struct SendQueue {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<paddle::Tensor, int>> items;
+  std::string error;
+};
+
+void Drain(int ring_id, SendQueue* q) {
+  for (;;) {
+    std::pair<paddle::Tensor, int> item;
+    {
+      std::unique_lock<std::mutex> lock(q->mu);
+      q->cv.wait(lock, [q] { return !q->items.empty(); });
+      item = q->items.front();
+    }
+    try {
+      Ring(ring_id)->Send(*Dense(item.first), item.second, 0);
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(q->mu);
+      q->error = e.what();
+    }
+    std::lock_guard<std::mutex> lock(q->mu);
+    q->items.pop_front();
+    q->cv.notify_all();
+  }
+}
+
+SendQueue* QueueOf(int ring_id) {
+  static std::mutex mu;
+  static auto* queues = new std::unordered_map<int, SendQueue*>();  // never freed: threads outlive exit
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = queues->find(ring_id);
+  if (it != queues->end()) return it->second;
+  auto* q = new SendQueue();
+  (*queues)[ring_id] = q;
+  std::thread(Drain, ring_id, q).detach();
+  return q;
+}
+}  // namespace
+
+std::vector<paddle::Tensor> Send(const paddle::Tensor& x, int ring_id, int peer) {
+  SendQueue* q = QueueOf(ring_id);
+  auto copy = x.copy_to(x.place(), true);
+  {
+    std::lock_guard<std::mutex> lock(q->mu);
+    PD_CHECK(q->error.empty(), "paddle-ext gloo send on ring ", ring_id, " failed: ", q->error);
+    q->items.emplace_back(copy, peer);
+  }
+  q->cv.notify_all();
+  return {paddle::full({1}, 0, x.dtype(), x.place())};
+}
+std::vector<paddle::Tensor> Recv(const paddle::Tensor& like, int ring_id, int peer) {
+  auto out = paddle::empty(like.shape(), like.dtype(), like.place());
+  Ring(ring_id)->Recv(Dense(out), peer, 0);
+  return {out};
+}
+std::vector<paddle::Tensor> AllReduce(const paddle::Tensor& x, int ring_id, int reduce_op) {
+  auto out = paddle::empty(x.shape(), x.dtype(), x.place());
+  Ring(ring_id)->AllReduce(Dense(out), *Dense(x), reduce_op, 0);
+  return {out};
+}
+std::vector<paddle::Tensor> AllGather(const paddle::Tensor& x, int ring_id, int nranks) {
+  auto shape = x.shape();
+  shape[0] *= nranks;
+  auto out = paddle::empty(shape, x.dtype(), x.place());
+  Ring(ring_id)->AllGather(Dense(out), *Dense(x), 0);
+  return {out};
+}
+std::vector<paddle::Tensor> Broadcast(const paddle::Tensor& x, int ring_id, int root) {
+  auto out = paddle::empty(x.shape(), x.dtype(), x.place());
+  Ring(ring_id)->Broadcast(Dense(out), *Dense(x), root, 0);
+  return {out};
+}
+
+std::vector<std::vector<int64_t>> SameShape(const std::vector<int64_t>& x) { return {x}; }
+std::vector<std::vector<int64_t>> OneShape(const std::vector<int64_t>& x) { return {{1}}; }
+std::vector<std::vector<int64_t>> GatherShape(const std::vector<int64_t>& x, int ring_id, int nranks) {
+  auto s = x;
+  if (!s.empty() && s[0] > 0) s[0] *= nranks;
+  return {s};
+}
+std::vector<paddle::DataType> SameType(const paddle::DataType& t) { return {t}; }
+
+#define PE_OP(name, fn, attr, shape)                                              \
+  PD_BUILD_OP(name).Inputs({"X"}).Outputs({"Out"}).Attrs({"ring_id: int", attr})  \
+      .SetKernelFn(PD_KERNEL(fn)).SetInferShapeFn(PD_INFER_SHAPE(shape))          \
+      .SetInferDtypeFn(PD_INFER_DTYPE(SameType))
+PE_OP(pe_gloo_send, Send, "peer: int", OneShape);
+PE_OP(pe_gloo_recv, Recv, "peer: int", SameShape);
+PE_OP(pe_gloo_all_reduce, AllReduce, "reduce_op: int", SameShape);
+PE_OP(pe_gloo_all_gather, AllGather, "nranks: int", GatherShape);
+PE_OP(pe_gloo_broadcast, Broadcast, "root: int", SameShape);
+'''
+_GLOO_OPS = {}  # the loaded module, once per process
+
+
+def gloo_ops_dir() -> str:
+    """Where the ops are built (``PADDLE_EXT_CACHE`` or ~/.cache/paddle_ext), per Paddle version."""
+    import hashlib
+    import os
+
+    import paddle
+
+    root = os.environ.get("PADDLE_EXT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "paddle_ext")
+    digest = hashlib.sha1((GLOO_OPS_SOURCE + paddle.__version__).encode()).hexdigest()[:12]
+    return os.path.join(root, f"gloo_ops-{paddle.__version__}-{digest}")
+
+
+def load_gloo_ops():
+    """Build (first use, ~30 s, then cached) and load the gloo collective ops; returns the module.
+
+    Ranks of one launch share the build through a file lock."""
+    if "module" in _GLOO_OPS:
+        return _GLOO_OPS["module"]
+    import fcntl
+    import os
+
+    from paddle.utils.cpp_extension import load
+    from paddle.utils.cpp_extension.extension_utils import _import_module_from_library
+
+    build = gloo_ops_dir()
+    os.makedirs(build, exist_ok=True)
+    library = os.path.join(build, GLOO_OPS_NAME, GLOO_OPS_NAME + ".so")
+    with open(os.path.join(build, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if os.path.exists(library):
+                module = _import_module_from_library(GLOO_OPS_NAME, os.path.dirname(library))
+            else:
+                source = os.path.join(build, GLOO_OPS_NAME + ".cc")
+                with open(source, "w") as f:
+                    f.write(GLOO_OPS_SOURCE)
+                logger.info("building paddle-ext's gloo ops in %s (first use only)", build)
+                module = load(name=GLOO_OPS_NAME, sources=[source], build_directory=build)
+        except Exception as exc:  # a compiler problem: say what is needed
+            raise CompatError(f"building paddle-ext's gloo ops failed ({type(exc).__name__}: {exc}); they need "
+                              f"g++ and Paddle's headers (paddle/include); build dir {build}") from exc
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    _GLOO_OPS["module"] = module
+    return module
+
+
+def p2p_channels() -> dict:
+    """``{(sender, receiver): ring_id}`` of the p2p channels created so far (global ranks)."""
+    from paddle.distributed.auto_parallel.static.process_group import get_all_process_groups
+
+    return {(g.ranks[0], g.ranks[1]): g.id for g in get_all_process_groups() if g.group_type == CHANNEL_TYPE}
+
+
+def ensure_p2p_channels() -> dict:
+    """One 2-rank group per direction of every pair Paddle's reshard sends between.
+
+    A channel carries only that direction's messages, so they pair in FIFO order. Runs on
+    every rank over the same process-group map (built from the same program), in sorted order,
+    so ring ids agree across ranks; ``Engine._init_comm`` instantiates them."""
+    from paddle.distributed.auto_parallel.static.process_group import get_all_process_groups, new_process_group
+
+    pairs = sorted({(g.ranks[0], g.ranks[1]) for g in get_all_process_groups()
+                    if g.group_type == "p2p" and len(g.ranks) == 2})
+    channels = p2p_channels()
+    for pair in pairs:
+        for direction in (pair, pair[::-1]):
+            if direction not in channels:
+                channels[direction] = new_process_group(list(direction), force_new_group=True,
+                                                        group_type=CHANNEL_TYPE).id
+    return channels
+
+
+# phi ReduceType (kRedSum, kRedMax, kRedMin, kRedProd) -> GlooCommContext's ReduceOp
+_GLOO_REDUCE = {0: 0, 1: 2, 2: 3, 3: 4}
+COLLECTIVES = ("pd_op.send_v2", "pd_op.recv_v2", "pd_op.all_reduce", "pd_op.all_reduce_", "pd_op.all_gather",
+               "pd_op.broadcast", "pd_op.broadcast_")
+
+
+def lower_collectives(program, channels: dict, rank: int, ops=None) -> dict:
+    """Rewrite every collective of ``program`` into the ring-aware gloo ops; returns counts by
+    op name. Raises :class:`ScheduleError` for a peer without a channel or an unsupported reduce."""
+    import paddle
+    from paddle.distributed.auto_parallel.static.process_group import get_process_group
+
+    ops = ops or load_gloo_ops()
+    counts: dict = {}
+    with paddle.static.program_guard(program):
+        for op in list(program.global_block().ops):
+            name = op.name()
+            if name not in COLLECTIVES:
+                continue
+            attrs = op.attrs()
+            ring = attrs["ring_id"]
+            paddle.pir.set_insertion_point(op)
+            if name in ("pd_op.send_v2", "pd_op.recv_v2"):
+                group = get_process_group(ring)
+                if group is None:
+                    raise ScheduleError(f"{name} on ring {ring}: no static process group with that id; the "
+                                        "program was not built by the Engine's reshard pass")
+                peer = group.ranks[attrs["peer"]]
+                direction = (rank, peer) if name == "pd_op.send_v2" else (peer, rank)
+                if direction not in channels:
+                    raise ScheduleError(f"no p2p channel {direction[0]}->{direction[1]} for {name} on rank {rank}; "
+                                        f"known channels {sorted(channels)}; run paddle_ext.install() before "
+                                        "dist.to_static so the pipeline pass creates them")
+                if name == "pd_op.send_v2":
+                    new = ops.pe_gloo_send(op.operand_source(0), channels[direction], 1)
+                else:
+                    like = paddle._C_ops.empty(list(attrs["out_shape"]), attrs["dtype"], paddle.CPUPlace())
+                    new = ops.pe_gloo_recv(like, channels[direction], 0)
+                    op.result(0).replace_all_uses_with(new)
+            else:
+                x = op.operand_source(0)
+                if name.startswith("pd_op.all_reduce"):
+                    if attrs["reduce_type"] not in _GLOO_REDUCE:
+                        raise ScheduleError(f"{name} on ring {ring} with reduce_type {attrs['reduce_type']}: gloo "
+                                            "supports sum, max, min and prod; use one of them")
+                    new = ops.pe_gloo_all_reduce(x, ring, _GLOO_REDUCE[attrs["reduce_type"]])
+                elif name == "pd_op.all_gather":
+                    new = ops.pe_gloo_all_gather(x, ring, attrs["nranks"])
+                else:
+                    new = ops.pe_gloo_broadcast(x, ring, attrs["root"])
+                op.result(0).replace_all_uses_with(new)
+            op.erase()
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+_EVENT_ATTRS = ("force_record_event", "event_to_record", "events_to_wait")
+
+
+def strip_stream_events(program) -> int:
+    """Remove the cross-job stream events Paddle's 1F1B/VPP passes put around send/recv.
+
+    They order GPU streams; the CPU executor runs every op in order on the host, and an event
+    recorded by an op that the gloo rewrite replaced would be waited for forever."""
+    count = 0
+    for op in program.global_block().ops:
+        for attr in _EVENT_ATTRS:
+            if op.has_attr(attr):
+                op.erase_attr(attr)
+                count += 1
+    return count
+
+
+def lower_engine_collectives(engine, mode) -> dict:
+    """:func:`lower_collectives` on what ``engine`` runs for ``mode``: each job program of the
+    pipeline plan, else the dense main program."""
+    import paddle
+
+    channels = ensure_p2p_channels()
+    rank = paddle.distributed.get_rank()
+    plan = engine._job_plan
+    programs = ([plan.ir_program(t) for t in plan.job_types()] if plan is not None
+                else [engine._pir_dense_main_progs[mode]])
+    total: dict = {}
+    for program in programs:
+        strip_stream_events(program)
+        for name, n in lower_collectives(program, channels, rank).items():
+            total[name] = total.get(name, 0) + n
+    logger.info("rank %d: collectives on ring-aware gloo ops: %s", rank, total)
+    return total
+
+
+def _collectives_apply():
+    import importlib
+
+    Engine = importlib.import_module(ENGINE_MODULE).Engine
+    parallel_pir = Engine._parallel_pir
+    load_gloo_ops()  # build now, not in the middle of the first step
+
+    def _parallel_pir(self, mode):
+        result = parallel_pir(self, mode)
+        if getattr(self, "_nranks", 1) > 1:
+            lower_engine_collectives(self, mode)
+        return result
+
+    _parallel_pir.__wrapped__ = parallel_pir
+    Engine._parallel_pir = _parallel_pir
+    return [(Engine, "_parallel_pir", parallel_pir)]
+
+# ------------------------------------------------------------------------ pipeline_pass
+def _pipeline_pass(dense_main_program, dense_startup_program, pipeline_strategy):
+    """Replacement of ``pir_pass.pipeline_pass``: any registered schedule, p2p lowered to gloo."""
+    from paddle.distributed.auto_parallel.static.utils import get_pp_stage_by_pp_degree
+    from paddle.distributed.passes.pass_base import PassContext, new_pass
+
+    requested = getattr(pipeline_strategy, "paddle_ext_schedule", None) or pipeline_strategy.schedule_mode
+    name = resolve_schedule_mode(requested)
+    attrs = {
+        "num_micro_batches": pipeline_strategy.accumulate_steps,
+        "pp_degree": pipeline_strategy.pp_degree,
+        "pp_stage": get_pp_stage_by_pp_degree(pipeline_strategy.pp_degree),
+        "vpp_degree": pipeline_strategy.vpp_degree,
+        "split_backward": pipeline_strategy.split_backward,
+        "schedule_name": name,
+    }
+    if name == "1F1B":
+        attrs["enable_backward_forward_overlap"] = 0  # Paddle reads an env flag here; CPU has no overlap
+    scheduler = new_pass(PASS_PREFIX + name, attrs)
+    context = PassContext()
+    scheduler.apply(dense_main_program, dense_startup_program, context)
+    plan = context.get_attr("plan")
+    if plan is None:
+        raise ScheduleError(f"pipeline pass {name!r} built no plan; it needs _partial_pir_programs and "
+                            "_create_job_list (Paddle's ZBH1/ZBVPP have none: use paddle-ext's ZBH1/ZBV)")
+    return plan
+
+
+def _schedules_apply():
+    import importlib
+
+    pir_pass = importlib.import_module(PIR_PASS_MODULE)
+    engine = importlib.import_module(ENGINE_MODULE)
+    import paddle_ext.passes.static  # noqa: F401 - registers paddle-ext's pipeline passes
+
+    saved = [(pir_pass, "pipeline_pass", pir_pass.pipeline_pass), (engine, "pipeline_pass", engine.pipeline_pass)]
+    pir_pass.pipeline_pass = _pipeline_pass
+    engine.pipeline_pass = _pipeline_pass
+    return saved
+
+
+# ------------------------------------------------------------------ Engine: chunks and loss
+def _is_multichunk_ext(pipeline) -> bool:
+    cls = registered_pipeline_passes().get(_safe_resolve(pipeline.schedule_mode))
+    return bool(pipeline.enable and getattr(cls, "paddle_ext_schedule", None) and pipeline.vpp_degree > 1)
+
+
+def _safe_resolve(name):
+    try:
+        return resolve_schedule_mode(name)
+    except ScheduleError:
+        return name
+
+
+class _LossJobPlan:
+    """Stands in for ``Engine._job_plan`` inside ``Engine.run``: answers ``ir_program`` for the
+    job type Paddle asks the loss from with the forward job that defines the loss."""
+
+    def __init__(self, plan, loss_name):
+        self._plan, self._loss_name = plan, loss_name
+
+    def job_types(self):
+        return self._plan.job_types()
+
+    def ir_program(self, job_type):
+        types = list(self._plan.job_types())
+        if job_type in types:
+            return self._plan.ir_program(job_type)
+        from paddle.base.libpaddle import pir
+
+        forwards = [t for t in types if t.startswith("forward")]
+        for t in forwards:
+            program = self._plan.ir_program(t)
+            if not pir.is_fake_value(program.get_output_value_by_name(self._loss_name)):
+                return program
+        return self._plan.ir_program(forwards[-1])
+
+
+def _engine_apply():
+    import importlib
+
+    engine_mod = importlib.import_module(ENGINE_MODULE)
+    Engine = engine_mod.Engine
+    parallel_pir, run = Engine._parallel_pir, Engine.run
+
+    def _parallel_pir(self, mode):
+        pipeline = self._strategy.pipeline
+        if not _is_multichunk_ext(pipeline):
+            return parallel_pir(self, mode)
+        real = pipeline.schedule_mode
+        pipeline.paddle_ext_schedule = real
+        pipeline.schedule_mode = "VPP"  # complete_chunk_id/check_chunk_id run only for "VPP"
+        try:
+            return parallel_pir(self, mode)
+        finally:
+            pipeline.schedule_mode = real
+            pipeline.paddle_ext_schedule = None
+
+    def run_(self, *args, **kwargs):
+        plan = self._job_plan
+        if plan is None or not getattr(self, "_in_pir_mode", False):
+            return run(self, *args, **kwargs)
+        self._job_plan = _LossJobPlan(plan, self._loss_names[0])
+        try:
+            return run(self, *args, **kwargs)
+        finally:
+            self._job_plan = plan
+
+    _parallel_pir.__wrapped__ = parallel_pir
+    run_.__wrapped__ = run
+    run_.__doc__ = run.__doc__
+    Engine._parallel_pir = _parallel_pir
+    Engine.run = run_
+    return [(Engine, "_parallel_pir", parallel_pir), (Engine, "run", run)]
+
+
+# ------------------------------------------------------------ eager reshard of other stages
+def _param_reshard_apply():
+    import importlib
+
+    import paddle
+
+    helper = importlib.import_module(HELPER_MODULE)
+    init_pir = helper.ProgramHelper.init_pir
+    core = paddle.base.core
+
+    def guarded_reshard(reshard):
+        def reshard_(tensor, dist_attr):
+            rank = paddle.distributed.get_rank()
+            src = tensor.process_mesh.process_ids if tensor.is_dist() else []
+            if tensor.is_dist() and rank not in src and rank not in dist_attr.process_mesh.process_ids:
+                return tensor  # this rank holds nothing of it either way
+            return reshard(tensor, dist_attr)
+        return reshard_
+
+    def init_pir_(self, main_program, place):
+        original = core.reshard
+        core.reshard = guarded_reshard(original)
+        try:
+            return init_pir(self, main_program, place)
+        finally:
+            core.reshard = original
+
+    init_pir_.__wrapped__ = init_pir
+    helper.ProgramHelper.init_pir = init_pir_
+    return [(helper.ProgramHelper, "init_pir", init_pir)]
+
+
+def _always() -> bool:
+    require_paddle("static pipeline schedules")
+    return True
+
+
+STATIC_FIXES: dict[str, Fix] = {
+    f.name: f for f in (
+        Fix("static-pipeline-schedules",
+            "pipeline_pass runs any registered pipeline_scheduler_<NAME> (pir_pass and engine bindings)",
+            _always, _schedules_apply),
+        Fix("static-gloo-collectives",
+            "executed programs' collectives and send/recv run on ring-aware gloo ops (C++, built once)",
+            _cpu_only, _collectives_apply),
+        Fix("static-engine-chunks",
+            "Engine assigns chunk ids for paddle-ext's multi-chunk schedules; run() finds the loss job",
+            _always, _engine_apply),
+        Fix("static-eager-param-reshard",
+            "init_pir skips the eager reshard of parameters on ranks outside their meshes (CPU segfault)",
+            _cpu_only, _param_reshard_apply),
+    )
+}
+
+
+def install_static() -> list[str]:
+    """Apply the static-Engine fixes this Paddle needs (idempotent); returns those in effect."""
+    for fix in STATIC_FIXES.values():
+        fix.apply()
+    return [name for name, fix in STATIC_FIXES.items() if fix.is_applied()]
+
+
+def uninstall_static() -> None:
+    for fix in reversed(list(STATIC_FIXES.values())):
+        fix.revert()

@@ -1,0 +1,1 @@
+"""paddle-ext's pipeline schedules as Paddle static (PIR) pipeline passes."""
