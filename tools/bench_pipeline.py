@@ -211,13 +211,15 @@ def simulate(names, per_rank, p):
         for r in per_rank:
             for key, c in r["costs"].items():
                 n, s = map(int, key.split(":"))
-                if n == p * v:
-                    stage_costs_[s] = c
+                if n == p * v:  # merge the ranks' views of a stage (V and loop place it differently)
+                    merged = stage_costs_.setdefault(s, {})
+                    for k, val in c.items():
+                        merged[k] = min(val, merged[k]) if k.startswith("run_") and k in merged else val
         # costs as measured inside the runs (fastest instance of each action kind, mean over stages);
         # the isolated timings are the fallback
         mean = {k: statistics.mean(c.get(f"run_{k}", c[k]) for c in stage_costs_.values())
                 for k in ("F", "B", "I", "W")}
-        act = {s: float(c["act_bytes"]) for s, c in stage_costs_.items()}
+        act = {s: float(c["act_bytes"]) for s, c in stage_costs_.items() if "act_bytes" in c}
         lowered = add_send_recv(generate_schedule(name, p, m, v))
         sim = simulate_schedule(lowered, Costs(mean["F"], mean["I"], mean["W"], mean["B"]), comm_latency=latency,
                                 activation_bytes=act)
@@ -330,8 +332,17 @@ def main(argv=None) -> int:
     parser.add_argument("--no-split-cost", action="store_true", help="skip the I + W vs B timing")
     parser.add_argument("--write-docs", action="store_true", help=f"fill the bench block of {DOC.name}")
     parser.add_argument("--json", default=None, help="also write the raw numbers here")
+    parser.add_argument("--from-json", default=None, help="re-render a --json file instead of running")
     parser.add_argument("--timeout", type=float, default=900)
     args = parser.parse_args(argv)
+    if args.from_json:
+        data = json.loads(Path(args.from_json).read_text())
+        runs = {int(p): (r["ranks"], r["simulated"]) for p, r in data["runs"].items()}
+        text = format_tables(runs, data["split"])
+        print(text)
+        if args.write_docs:
+            write_docs(text)
+        return 0
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import importlib
