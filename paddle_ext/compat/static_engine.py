@@ -104,6 +104,23 @@ def resolve_schedule_mode(name: str) -> str:
         f"strategy.pipeline.schedule_mode to one of them (paddle-ext's need paddle_ext.install())")
 
 
+def pass_utils():
+    """``paddle.distributed.passes.pass_utils`` (op-role completion, chunk inference, skip-gc)."""
+    require_paddle("static pipeline passes")
+    from paddle.distributed.passes import pass_utils as module
+
+    return module
+
+
+def cpu_place_attr():
+    """The ``Place`` value PIR block keyword arguments carry (``place_attr``), for the CPU."""
+    import paddle
+
+    place = paddle.base.libpaddle.Place()
+    place.set_place(paddle.CPUPlace())
+    return place
+
+
 def make_job(job_type: str, micro_batch: int):
     from paddle.base import core
 
@@ -485,7 +502,9 @@ def _schedules_apply():
 
     pir_pass = importlib.import_module(PIR_PASS_MODULE)
     engine = importlib.import_module(ENGINE_MODULE)
-    import paddle_ext.passes.static  # noqa: F401 - registers paddle-ext's pipeline passes
+    from paddle_ext.passes.static.passes import register_static_passes
+
+    register_static_passes()
 
     saved = [(pir_pass, "pipeline_pass", pir_pass.pipeline_pass), (engine, "pipeline_pass", engine.pipeline_pass)]
     pir_pass.pipeline_pass = _pipeline_pass
