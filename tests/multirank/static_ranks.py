@@ -164,7 +164,7 @@ def _build(cfg):
     opt = paddle.optimizer.SGD(cfg.get("lr", 0.1), parameters=net.parameters())
     loader = paddle.io.DataLoader(Data(), batch_size=cfg.get("batch", BATCH), shuffle=False)
     first, last = meshes[meshes_of[0]], meshes[meshes_of[-1]]
-    shard_dims = "dp" if dp > 1 else None
+    shard_dims = "dp"  # also for dp == 1: a rank outside the data meshes needs a named dim (ShardDataloader)
     dist_loader = dist.shard_dataloader(loader, meshes=[first, last] if first != last else [first],
                                         shard_dims=shard_dims)
 
