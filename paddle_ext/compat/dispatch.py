@@ -22,12 +22,17 @@ from .convert import from_paddle_placements, mesh_shape, to_paddle_placements
 from .version import require_paddle
 
 
+_PADDLE: list = []
+
+
 def _paddle():
-    return require_paddle("paddle_ext.dispatch")
+    if not _PADDLE:
+        _PADDLE.append(require_paddle("paddle_ext.dispatch"))
+    return _PADDLE[0]
 
 
 def in_dygraph() -> bool:
-    return bool(_paddle().in_dynamic_mode())
+    return _paddle().in_dynamic_mode()
 
 
 def in_pir() -> bool:

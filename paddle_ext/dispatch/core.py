@@ -28,8 +28,8 @@ from typing import Any, Callable, Sequence
 
 from ..compat import dispatch as cd
 from ..errors import ShardingRuleError
-from ..placements import DistSpec, Partial, Replicate, format_placements
-from .audit import record_dispatch
+from ..placements import DistSpec, Partial, Replicate, Shard, format_placements
+from .audit import _ACTIVE, record_dispatch
 from .grad import GradPlan, grad_plan
 
 log = logging.getLogger("paddle_ext.dispatch")
@@ -56,7 +56,11 @@ def _load_gap_rules() -> None:
 
 def get_rule(op: str):
     """paddle-ext's rule for ``op`` (the built-in families plus ``spmd_rules.gaps``)."""
-    from ..spmd.registry import get_spmd_rule
+    from ..spmd.registry import REGISTRY, get_spmd_rule
+
+    rule = REGISTRY.rules.get(op)
+    if rule is not None:
+        return rule
 
     _load_gap_rules()
     try:
@@ -118,26 +122,63 @@ def _spec_slots(slots, specs):
 
 # -- the call -----------------------------------------------------------------------------------------
 @dataclass
+class Plan:
+    """Everything a call needs that depends only on the op, attrs and input layouts (cached)."""
+
+    op: str
+    mesh: Any                     # paddle.distributed.ProcessMesh of the inputs
+    specs: tuple                  # given input specs (flat)
+    result: Any                   # RuleResult (Partial outputs removed in to_static)
+    coord: tuple
+    ctx: LocalCtx
+    reshards: tuple               # (flat index, paddle-ext placements)
+    out_local: tuple              # expected local shape per output, as lists
+    out_paddle: tuple             # Paddle placements per output
+    out_fast: tuple               # dtensor_from_local infers the right global shape
+    notes: tuple = ()
+    grad: dict = field(default_factory=dict)   # differentiable mask -> GradPlan
+    mesh_ids: list = field(default_factory=list)
+
+    def grad_plan(self, diff: tuple) -> GradPlan:
+        g = self.grad.get(diff)
+        if g is None:
+            g = self.grad[diff] = grad_plan(self.result.inputs, self.result.outputs, diff, self.op)
+        return g
+
+
+@dataclass
 class Call:
-    """One dispatched call (also what the audit and the debug log print)."""
+    """One dispatched call: the cached :class:`Plan` plus this call's arguments."""
 
     op: str
     slots: list
     attrs: dict
     run_local: Callable          # (local slots, LocalCtx) -> tensor or tuple of tensors
-    mesh: Any = None
-    given: tuple = ()
-    result: Any = None
-    plan: GradPlan | None = None
-    coord: tuple = ()
-    notes: list = field(default_factory=list)
+    plan: Plan | None = None
+    gplan: GradPlan | None = None
+
+    @property
+    def mesh(self):
+        return self.plan.mesh
+
+    @property
+    def result(self):
+        return self.plan.result
+
+    @property
+    def coord(self):
+        return self.plan.coord
 
     def text(self) -> str:
-        return str(self.result) if self.result is not None else self.op
+        return str(self.plan.result) if self.plan is not None else self.op
 
 
 def has_dist(slots) -> bool:
     return any(cd.is_dist(t) for t in flatten_slots(slots))
+
+
+_PLANS: dict = {}
+_PLAN_LIMIT = 4096
 
 
 def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
@@ -146,48 +187,120 @@ def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
     ``slots``: one entry per tensor parameter of the rule (a tensor, a list of tensors, or None);
     ``attrs``: the rule's attributes; ``run_local(local_slots, ctx)`` computes on local tensors.
     """
-    attrs = {k: tuple(v) if isinstance(v, list) else v for k, v in attrs.items()}  # hashable: rule caches
-    call = Call(op, list(slots), attrs, run_local)
-    flat = flatten_slots(call.slots)
+    if attrs:
+        attrs = {k: tuple(v) if isinstance(v, list) else v for k, v in attrs.items()}  # hashable: caches
+    flat = flatten_slots(slots)
+    paddle = cd._paddle()
+    dygraph = paddle.in_dynamic_mode()
+    Tensor = paddle.Tensor
+    mesh = None
+    all_dist = True
+    parts = []
+    for t in flat:
+        if isinstance(t, Tensor) and t.is_dist():
+            if mesh is None:
+                mesh = t.process_mesh
+            parts.append((tuple(t.shape), tuple(t.placements)))
+        elif dygraph:
+            all_dist = False
+            parts.append(("dense", tuple(getattr(t, "shape", ()))))
+        else:
+            all_dist = all_dist and cd.is_dist(t)
+            if mesh is None and cd.is_dist(t):
+                mesh = cd.mesh_of(t)
+    if mesh is None:
+        return run_local(list(slots), None)
+    static = not dygraph
+    plan = key = None
+    if dygraph:
+        key = (op, tuple(attrs.items()) if attrs else (), tuple(parts), _slot_shape(slots))
+        try:
+            plan = _PLANS.get(key)
+        except TypeError:  # an unhashable attribute: no plan cache for this call
+            key = None
+        if plan is not None and not _same_mesh_fast(plan, flat):
+            plan = None
+    if plan is None:
+        plan = _make_plan(op, list(slots), attrs, flat, mesh, static)
+        if key is not None and len(_PLANS) < _PLAN_LIMIT:
+            _PLANS[key] = plan
+    if not all_dist:
+        flat = [t if cd.is_dist(t) else (cd.replicate_dense(t, plan.mesh) if cd.is_tensor(t) else t) for t in flat]
+    for i, pls in plan.reshards:
+        flat[i] = _reshard(flat[i], plan.mesh, pls, static)
+    call = Call(op, slots, attrs, run_local, plan)
+    outs = _run_static(call, flat) if static else _run_dygraph(call, flat)
+    if _ACTIVE:
+        record_dispatch(call)
+    return outs
+
+
+def _slot_shape(slots) -> tuple:
+    return tuple(len(s) if isinstance(s, (list, tuple)) else (s is None) for s in slots)
+
+
+def _same_mesh_fast(plan, flat) -> bool:
+    """The cached plan's mesh is every input's mesh (same ranks; the key fixes the mesh ndim)."""
+    ids = plan.mesh_ids
+    for t in flat:
+        if t.is_dist() and t.process_mesh.process_ids != ids:
+            return False
+    return True
+
+
+def _make_plan(op, slots, attrs, flat, mesh, static) -> Plan:
     dist_ts = [t for t in flat if cd.is_dist(t)]
-    if not dist_ts:
-        return run_local(call.slots, None)
-    mesh = cd.mesh_of(dist_ts[0])
     for t in dist_ts[1:]:
         other = cd.mesh_of(t)
-        if not cd.same_mesh(mesh, other):
+        if not cd.same_mesh(cd.python_mesh(mesh), other):
             specs = ", ".join(_describe(x) for x in dist_ts)
             raise DispatchError(
                 f"{op}: inputs are on different meshes ({cd.describe_mesh(mesh)} and {cd.describe_mesh(other)}; "
                 f"inputs {specs}); every input of one op must be on the same mesh -- reshard across meshes first "
                 f"(paddle_ext.reshard.reshard(x, mesh, placements))")
-    flat = [t if cd.is_dist(t) else (cd.replicate_dense(t, mesh) if cd.is_tensor(t) else t) for t in flat]
-    specs = tuple(cd.spec_and_mesh(t)[0] for t in flat)
-    call.mesh, call.given = mesh, specs
+    mshape = tuple(int(s) for s in mesh.shape)
+    specs = []
+    for t in flat:
+        if cd.is_dist(t):
+            specs.append(cd.spec_and_mesh(t)[0])
+        else:
+            specs.append(DistSpec(tuple(int(s) for s in t.shape), mshape, [Replicate()] * len(mshape)))
+    specs = tuple(specs)
     rule = get_rule(op)
-    result = _infer(rule, op, _spec_slots(call.slots, list(specs)), call.attrs, specs)
-    static = cd.in_pir()
+    result = _infer(rule, op, _spec_slots(slots, list(specs)), attrs, specs)
+    notes = ()
     if static and any(isinstance(p, Partial) for o in result.outputs for p in o.placements):
-        result = _without_partial_outputs(rule, op, call, specs, result)
-    call.result = result
+        result, note = _without_partial_outputs(rule, op, slots, attrs, specs, result)
+        notes = (note,)
     if len(result.inputs) != len(flat):
         raise DispatchError(f"{op}: the rule returned {len(result.inputs)} input specs for {len(flat)} tensors; "
                             f"fix the rule so it returns one spec per tensor input")
     if log.isEnabledFor(logging.DEBUG):
         log.debug("%s", result)
-    for r in result.reshards:
-        flat[r.index] = _reshard(flat[r.index], mesh, r.dst.placements, static)
     coord = cd.mesh_coord(mesh)
     if coord is None:
         raise DispatchError(f"{op}: this rank ({cd.current_rank()}) is not in {cd.describe_mesh(mesh)}; call the "
                             f"op only on ranks of the tensors' mesh")
-    call.coord = coord
-    if static:
-        outs = _run_static(call, flat)
-    else:
-        outs = _run_dygraph(call, flat)
-    record_dispatch(call)
-    return outs
+    from ..compat.convert import to_paddle_placements
+
+    out_local = tuple([int(v) for v in o.local_shape(coord)] for o in result.outputs)
+    out_paddle = tuple(tuple(to_paddle_placements(o.placements)) for o in result.outputs)
+    out_fast = tuple(_fast_ok(o, coord) for o in result.outputs)
+    # keep the Python ProcessMesh: the C++ mesh object a tensor hands out does not own its data,
+    # and a plan outlives the tensor it came from (measured: a cached one crashed dtensor_from_local)
+    return Plan(op, cd.python_mesh(mesh), specs, result, coord, LocalCtx(result.inputs, result.outputs, coord),
+                tuple((r.index, r.dst.placements) for r in result.reshards), out_local, out_paddle, out_fast, notes,
+                mesh_ids=list(mesh.process_ids))
+
+
+def _fast_ok(spec: DistSpec, coord) -> bool:
+    """True when Paddle's ``dtensor_from_local`` (local * mesh size on sharded dims) gives the
+    true global shape on this rank, i.e. every sharded dim splits evenly."""
+    local = list(spec.local_shape(coord))
+    for m, p in enumerate(spec.placements):
+        if isinstance(p, Shard):
+            local[p.dim] *= spec.mesh_shape[m]
+    return len(spec.shape) > 0 and tuple(local) == tuple(spec.shape)
 
 
 def _describe(t) -> str:
@@ -208,7 +321,7 @@ def _infer(rule, op, spec_slots, attrs, specs):
         ) from None
 
 
-def _without_partial_outputs(rule, op, call, specs, result):
+def _without_partial_outputs(rule, op, slots, attrs, specs, result):
     """to_static: re-infer with the mesh dims that give Partial outputs replicated on the inputs."""
     given = list(specs)
     cur = result
@@ -218,16 +331,15 @@ def _without_partial_outputs(rule, op, call, specs, result):
             break
         given = [DistSpec(s.shape, s.mesh_shape,
                           [Replicate() if m in bad else p for m, p in enumerate(s.placements)]) for s in given]
-        cur = _infer(rule, op, _spec_slots(call.slots, given), call.attrs, given)
+        cur = _infer(rule, op, _spec_slots(slots, given), attrs, given)
     else:
         raise DispatchError(f"{op}: inside dist.to_static the rule still claims a Partial output ({cur}); "
                             f"PIR's dtensor_from_local backward is wrong for Partial outputs -- replicate the inputs")
     from ..spmd.result import make_result
 
     note = f"{op}: to_static replicates mesh dims that would give Partial outputs: {cur}"
-    call.notes.append(note)
     log.info(note)
-    return make_result(op, specs, cur.inputs, cur.outputs, cur.rule)
+    return make_result(op, specs, cur.inputs, cur.outputs, cur.rule), note
 
 
 def _reshard_values(t, mesh, placements):
@@ -289,18 +401,25 @@ def _as_tuple(out) -> tuple[tuple, bool]:
 
 
 def _check_local(call: Call, outs_local) -> None:
-    res = call.result
-    if len(outs_local) != len(res.outputs):
+    plan = call.plan
+    if len(outs_local) != len(plan.out_local):
         raise DispatchError(f"{call.op}: the local function returned {len(outs_local)} tensors but the rule claims "
-                            f"{len(res.outputs)} outputs ({res}); make them agree")
-    for k, (o, spec) in enumerate(zip(outs_local, res.outputs)):
-        want = spec.local_shape(call.coord)
-        got = tuple(int(s) for s in o.shape)
-        if got != want:
+                            f"{len(plan.out_local)} outputs ({plan.result}); make them agree")
+    for k, (o, want) in enumerate(zip(outs_local, plan.out_local)):
+        if o.shape != want:
+            spec = plan.result.outputs[k]
             raise DispatchError(
-                f"{call.op}: output {k} has local shape {list(got)} on mesh coordinate {list(call.coord)}, but the rule "
-                f"claims {spec} (local {list(want)}); the rule's output shape or placements are wrong for this "
+                f"{call.op}: output {k} has local shape {list(o.shape)} on mesh coordinate {list(plan.coord)}, but the "
+                f"rule claims {spec} (local {want}); the rule's output shape or placements are wrong for this "
                 f"function -- fix the rule (its out shapes) or the function")
+
+
+def _wrap(plan: Plan, outs) -> list:
+    fl = cd._paddle().base.core.dtensor_from_local
+    res = []
+    for o, spec, pls, fast in zip(outs, plan.result.outputs, plan.out_paddle, plan.out_fast):
+        res.append(fl(o, plan.mesh, list(pls)) if fast else cd.make_dist(o, plan.mesh, pls, spec.shape))
+    return res
 
 
 # -- dygraph ------------------------------------------------------------------------------------------
@@ -317,46 +436,46 @@ def _pylayer():
 
         @staticmethod
         def forward(ctx, call, *xs):
+            plan = call.plan
             need = [(not x.stop_gradient) and cd.is_float(x) for x in xs]
             with paddle.enable_grad():
                 lin = []
                 for x, n in zip(xs, need):
-                    loc = cd.local_value(x)
+                    loc = x._local_value()
                     if n:
                         loc = loc.detach()
                         loc.stop_gradient = False
                     lin.append(loc)
-                lctx = LocalCtx(call.result.inputs, call.result.outputs, call.coord)
-                out, multi = _as_tuple(call.run_local(restructure(call.slots, lin), lctx))
+                out, multi = _as_tuple(call.run_local(restructure(call.slots, lin), plan.ctx))
             _check_local(call, out)
-            diff = [cd.is_float(o) and not o.stop_gradient for o in out]
-            call.plan = grad_plan(call.result.inputs, call.result.outputs, diff, call.op) if any(need) else None
-            wrapped = [cd.make_dist(o.detach(), call.mesh, spec.placements, spec.shape)
-                       for o, spec in zip(out, call.result.outputs)]
+            diff = tuple(cd.is_float(o) and not o.stop_gradient for o in out)
+            call.gplan = plan.grad_plan(diff) if any(need) else None
+            wrapped = _wrap(plan, [o.detach() for o in out])
             nondiff = [w for w, d in zip(wrapped, diff) if not d]
             if nondiff:
                 ctx.mark_non_differentiable(*nondiff)
-            ctx.call, ctx.lin, ctx.need, ctx.out, ctx.diff, ctx.multi = call, lin, need, out, diff, multi
+            ctx.call, ctx.lin, ctx.need, ctx.out, ctx.diff = call, lin, need, out, diff
             return tuple(wrapped) if multi else wrapped[0]
 
         @staticmethod
         def backward(ctx, *dys):
-            call, plan = ctx.call, ctx.call.plan
+            call, gp = ctx.call, ctx.call.gplan
+            plan = call.plan
             outs, grads_out = [], []
             for k, dy in enumerate(dys):
                 if not ctx.diff[k] or dy is None:
                     continue
-                want = plan.output_grads[k]
+                want = gp.output_grads[k]
                 if dy.is_dist():
                     have = cd.spec_and_mesh(dy)[0]
                     if have.placements != want.placements:
-                        dy = _reshard_values(dy, call.mesh, want.placements)
-                    loc = cd.local_value(dy)
+                        dy = _reshard_values(dy, plan.mesh, want.placements)
+                    loc = dy._local_value()
                 else:
                     loc = dy
-                if plan.output_scale[k] != 1.0:
-                    loc = loc * plan.output_scale[k]
-                if any(kk == k and call.coord[m] != 0 for kk, m in plan.partialize):
+                if gp.output_scale[k] != 1.0:
+                    loc = loc * gp.output_scale[k]
+                if any(kk == k and plan.coord[m] != 0 for kk, m in gp.partialize):
                     loc = paddle.zeros_like(loc)
                 outs.append(ctx.out[k])
                 grads_out.append(loc)
@@ -369,43 +488,54 @@ def _pylayer():
                     continue
                 g = got[j]
                 j += 1
-                spec = plan.input_grads[i]
+                spec = gp.input_grads[i]
                 if g is None:
                     g = paddle.zeros_like(ctx.lin[i])
-                result.append(cd.make_dist(g, call.mesh, spec.placements, spec.shape))
+                result.append(_wrap_grad(plan, g, spec))
             return tuple(result)
 
     _PYLAYER.append(DispatchFunction)
     return DispatchFunction
 
 
+def _wrap_grad(plan: Plan, g, spec: DistSpec):
+    if _fast_ok(spec, plan.coord):
+        from ..compat.convert import to_paddle_placements
+
+        return cd._paddle().base.core.dtensor_from_local(g, plan.mesh, to_paddle_placements(spec.placements))
+    return cd.make_dist(g, plan.mesh, spec.placements, spec.shape)
+
+
 def _run_dygraph(call: Call, flat: list):
     paddle = cd._paddle()
-    if not paddle.is_grad_enabled() or all(x.stop_gradient for x in flat if cd.is_tensor(x)):
-        lin = [cd.local_value(x) for x in flat]
-        lctx = LocalCtx(call.result.inputs, call.result.outputs, call.coord)
-        out, multi = _as_tuple(call.run_local(restructure(call.slots, lin), lctx))
+    if all(x.stop_gradient for x in flat) or not paddle.is_grad_enabled():
+        lin = [x._local_value() for x in flat]
+        slots = call.slots
+        local = lin if len(slots) == len(lin) and not any(isinstance(v, (list, tuple)) or v is None for v in slots) \
+            else restructure(slots, lin)
+        out, multi = _as_tuple(call.run_local(local, call.plan.ctx))
         _check_local(call, out)
-        wrapped = [cd.make_dist(o, call.mesh, spec.placements, spec.shape) for o, spec in zip(out, call.result.outputs)]
+        wrapped = _wrap(call.plan, out)
         return tuple(wrapped) if multi else wrapped[0]
     return _pylayer().apply(call, *flat)
 
 
 # -- to_static (PIR) ------------------------------------------------------------------------------------
 def _run_static(call: Call, flat: list):
-    res = call.result
-    plan = grad_plan(res.inputs, res.outputs, None, call.op)
-    if plan.partialize:
+    plan = call.plan
+    res = plan.result
+    gp = plan.grad_plan(tuple([True] * len(res.outputs)))
+    if gp.partialize:
         raise DispatchError(
             f"{call.op}: inside dist.to_static an op whose replicated input feeds both split and replicated "
             f"outputs ({res}) has no gradient hint in PIR; reshard the input to Shard first or call the op in dygraph")
-    lin = [cd.static_to_local(x, call.mesh, g.placements) for x, g in zip(flat, plan.input_grads)]
-    lctx = LocalCtx(res.inputs, res.outputs, call.coord)
-    out, multi = _as_tuple(call.run_local(restructure(call.slots, lin), lctx))
+    mesh = cd.python_mesh(plan.mesh)
+    lin = [cd.static_to_local(x, mesh, g.placements) for x, g in zip(flat, gp.input_grads)]
+    out, multi = _as_tuple(call.run_local(restructure(call.slots, lin), plan.ctx))
     if len(out) != len(res.outputs):
         raise DispatchError(f"{call.op}: the local function returned {len(out)} tensors but the rule claims "
                             f"{len(res.outputs)} outputs ({res})")
-    wrapped = [cd.static_from_local(o, call.mesh, spec.placements, spec.shape) for o, spec in zip(out, res.outputs)]
+    wrapped = [cd.static_from_local(o, mesh, spec.placements, spec.shape) for o, spec in zip(out, res.outputs)]
     return tuple(wrapped) if multi else wrapped[0]
 
 

@@ -4,7 +4,7 @@ One module per family; importing this package registers them (``paddle_ext.dispa
 it). A name another rule family already registered is left to that family (see
 ``_common.gap_rule``); :data:`OWNED` lists what this package registered.
 """
-from . import indexing, linalg, pointwise, spatial, statistics  # noqa: F401
+from . import cases, indexing, linalg, pointwise, spatial, statistics  # noqa: F401
 from ._common import OWNED  # noqa: F401
 
-__all__ = ["OWNED", "indexing", "linalg", "pointwise", "spatial", "statistics"]
+__all__ = ["OWNED", "cases", "indexing", "linalg", "pointwise", "spatial", "statistics"]
