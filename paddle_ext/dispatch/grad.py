@@ -23,8 +23,10 @@ it is not counted ``size(m)`` times.
 >>> x = DistSpec((4, 6), (2,), "[R]"); w = DistSpec((6, 8), (2,), "[S(1)]")
 >>> y = DistSpec((4, 8), (2,), "[S(1)]")
 >>> plan = grad_plan([x, w], [y])
->>> [str(p) for p in plan.input_grads], [str(p) for p in plan.output_grads]
-(['[P(sum)]', '[S(1)]'], ['[S(1)]'])
+>>> [format_placements(s.placements) for s in plan.input_grads]
+['[P(sum)]', '[S(1)]']
+>>> str(plan)
+'grad: dy [S(1)] -> dx [P(sum)],[S(1)]'
 """
 from __future__ import annotations
 
