@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-DEFAULT_PLAN = "dp2-sp2-tp2"
+DEFAULT_PLAN = "pp2-sp2-tp2"
 TOLERANCE = 1e-4
 
 

@@ -4,7 +4,9 @@ Wraps the public ``paddle.distributed`` collectives (``all_reduce``, ``all_gathe
 ``broadcast``, ``reduce_scatter``, ``alltoall``, ``send``/``recv`` and their async forms) for the
 duration of a ``with`` block. The count is the payload each call is given (the tensor's bytes; for
 ``all_gather`` the local tensor), which is what paddle-ext's reshard executor and the demo's
-explicit reshards move. Collectives Paddle issues from C++ inside an op are not visible here.
+explicit reshards move. Reshards that paddle-ext leaves to Paddle's exact native path are
+counted by their plan (kind ``<collective> (Paddle)``, bytes each rank receives). Collectives Paddle
+issues from C++ inside an op (implicit reshards of its SPMD rules) are not visible here.
 """
 from __future__ import annotations
 
@@ -50,8 +52,21 @@ def count_collectives():
         if fn is not None:
             originals[kind] = fn
             setattr(dist, kind, wrap(kind, fn))
+
+    from ..reshard.install import NATIVE_LISTENERS
+    from ..reshard.planner import plan_reshard
+
+    def native(src, dst, itemsize):
+        for step in plan_reshard(src, dst, itemsize=itemsize):
+            if step.bytes:
+                entry = stats.setdefault(f"{step.collective} (Paddle)", Counter())
+                entry["calls"] += 1
+                entry["bytes"] += int(step.bytes)
+
+    NATIVE_LISTENERS.append(native)
     try:
         yield stats
     finally:
+        NATIVE_LISTENERS.remove(native)
         for kind, fn in originals.items():
             setattr(dist, kind, fn)

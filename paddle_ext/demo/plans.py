@@ -40,6 +40,7 @@ PLANS = {
     "pp2": "pipeline parallel, 2 stages",
     "tp2-pp2": "2x2 mesh: tensor parallel x pipeline parallel",
     "dp2-pp2": "2x2 mesh: data parallel x pipeline parallel",
+    "pp2-sp2-tp2": "2x2 mesh: pipeline parallel x sequence+tensor parallel",
 }
 
 _PART = re.compile(r"(dp|tp|pp|sp|zero[123])(?:d?(\d+))?\Z")

@@ -10,6 +10,7 @@ The package itself is callable: ``paddle_ext.reshard(x, mesh, placements)`` is :
 import sys
 import types
 
+from .groups import prepare_reshard_groups  # noqa: F401
 from .planner import ReshardStep, format_plan, plan_bytes, plan_reshard  # noqa: F401
 from .simulated import simulate_reshard  # noqa: F401
 

@@ -27,6 +27,7 @@ from ..compat.version import require_paddle
 from ..errors import PlacementError, ReshardPlanError
 from ..placements import DistSpec, format_placements
 from .engine import Geometry, exchange, execute
+from .groups import group_for
 from .layout import coord_in
 from .planner import format_plan, plan_reshard
 
@@ -37,9 +38,10 @@ _DTYPE_CODES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "
 class PaddleBackend:
     """Array and communication primitives for :mod:`.engine` on Paddle dygraph tensors."""
 
-    def __init__(self, paddle, rank: int, world: Sequence[int], like, stats: dict | None):
+    def __init__(self, paddle, rank: int, world: Sequence[int], like, stats: dict | None, group=None):
         self.p, self.dist = paddle, paddle.distributed
         self.rank, self.world, self.like, self._stats = rank, tuple(sorted(world)), like, stats
+        self.group = group  # a prepared group of exactly ``world``; None = Paddle's world group
         self.lockstep = True  # see engine.exchange: gloo p2p tags are per-group sequence numbers
 
     # arrays
@@ -122,11 +124,11 @@ class PaddleBackend:
         return x.element_size()
 
     def send(self, x, peer):
-        self.dist.send(x.contiguous(), dst=peer)
+        self.dist.send(x.contiguous(), dst=peer, group=self.group)
 
     def recv(self, numel, like, peer, count: bool = True):
         buf = self.p.empty([numel], dtype=like.dtype)
-        self.dist.recv(buf, src=peer)
+        self.dist.recv(buf, src=peer, group=self.group)
         if count:
             self.count(numel * self._itemsize(buf))
         return buf
@@ -140,7 +142,7 @@ class PaddleBackend:
         ops = {"sum": self.dist.ReduceOp.SUM, "max": self.dist.ReduceOp.MAX,
                "min": self.dist.ReduceOp.MIN}
         y = x.clone()
-        self.dist.all_reduce(y, op=ops[op])
+        self.dist.all_reduce(y, op=ops[op], group=self.group)
         n, total = len(members), self.numel(x)
         chunk = -(-total // n) if total else 0
         mine = max(0, min(chunk, total - chunk * list(members).index(self.rank)))
@@ -214,7 +216,10 @@ def _run(paddle, x_local, dtype, geo, plan, mesh, placements, stats):
     dist = paddle.distributed
     rank = dist.get_rank()
     like = paddle.empty([0], dtype=dtype)
-    be = PaddleBackend(paddle, rank, range(dist.get_world_size()), like, stats)
+    members = sorted(set(geo.src_ranks) | set(geo.dst_ranks))
+    group = group_for(members)
+    world = members if group is not None else range(dist.get_world_size())
+    be = PaddleBackend(paddle, rank, world, like, stats, group=group)
     out = execute(be, geo, plan, x_local)  # every rank walks the rounds (lockstep)
     if out is None:
         out = paddle.empty([0] * len(geo.shape), dtype=dtype)
@@ -237,8 +242,9 @@ def _reshard_values(x, mesh, paddle_placements, check: bool, stats):
     rank = paddle.distributed.get_rank()
     members = sorted(set(s_ranks) | set(d_ranks))
     if check and paddle.distributed.get_world_size() > 1:
-        be = PaddleBackend(paddle, rank, range(paddle.distributed.get_world_size()),
-                           paddle.empty([0], dtype=x.dtype), None)
+        group = group_for(members)
+        be = PaddleBackend(paddle, rank, members if group is not None else range(paddle.distributed.get_world_size()),
+                           paddle.empty([0], dtype=x.dtype), None, group=group)
         _check_same_everywhere(paddle, be, members, x, src, dst, s_ranks, d_ranks)
     plan = plan_reshard(src, dst, src_ranks=s_ranks, dst_ranks=d_ranks, itemsize=x.element_size())
     if stats is not None:

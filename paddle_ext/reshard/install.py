@@ -10,8 +10,10 @@
 With both bound, P->S (reduce_scatter, no CPU kernel in Paddle 3.3.1) runs as point-to-point, so
 ``shard_optimizer`` with ShardingStage1/2/3 trains on CPU and stage 2/3 keep only their shard of
 the gradients. Static graphs (``dist.to_static``/PIR) and tensors paddle-ext cannot express (e.g.
-split_factor shards, which fail conversion before any data moves) still go to Paddle's original.
-``uninstall_reshard()`` restores the originals.
+split_factor shards, which fail conversion before any data moves) still go to Paddle's original,
+and so do the transitions Paddle does exactly and as cheaply (:mod:`.native`: R<->S, P(sum)->R,
+R->P(sum) on even shapes of one mesh), which also keeps sub-mesh reshards inside the sub-mesh's
+own process group. ``uninstall_reshard()`` restores the originals.
 """
 from __future__ import annotations
 
@@ -27,20 +29,30 @@ def original_reshard():
     return _SAVED.get("dist") or paddle.distributed.reshard
 
 
+NATIVE_LISTENERS: list = []  # callables (src_spec, dst_spec, itemsize) told of reshards left to Paddle
+
+
 def _make(original, check: bool):
     import paddle
 
+    from ..compat.convert import from_paddle_placements, mesh_shape, spec_of
+    from ..placements import DistSpec
     from .dygraph import reshard as ext_reshard
+    from .native import native_is_exact
 
     def reshard(dist_tensor, mesh, placements):
         if not paddle.in_dynamic_mode() or not getattr(dist_tensor, "is_dist", lambda: False)():
             return original(dist_tensor, mesh, placements)
         try:
-            from ..compat.convert import from_paddle_placements
-
-            from_paddle_placements(list(placements))
-            from_paddle_placements(list(dist_tensor.placements))
+            src = spec_of(dist_tensor)
+            dst = DistSpec(src.shape, mesh_shape(mesh), from_paddle_placements(list(placements), len(mesh.shape)))
         except ConversionError:
+            return original(dist_tensor, mesh, placements)
+        same_mesh = list(dist_tensor.process_mesh.process_ids) == list(mesh.process_ids)
+        if native_is_exact(src, dst, same_mesh):
+            # exact and as cheap in Paddle, and it talks only within the mesh's own group
+            for listener in NATIVE_LISTENERS:
+                listener(src, dst, dist_tensor.element_size())
             return original(dist_tensor, mesh, placements)
         return ext_reshard(dist_tensor, mesh, placements, check=check)
 
