@@ -13,6 +13,21 @@ from . import reshard  # noqa: E402,F401  - callable: paddle_ext.reshard(x, mesh
 __version__ = "0.1.0"
 
 
+def enable(ops=None) -> list:
+    """Give the Paddle ops that lack a usable SPMD rule paddle-ext's rules (``paddle.flip``,
+    ``F.max_pool2d``, ...): DistTensor calls keep their sharding. See :mod:`paddle_ext.dispatch`."""
+    from .dispatch import enable as _enable
+
+    return _enable(ops)
+
+
+def disable() -> None:
+    """Restore Paddle's original functions replaced by :func:`enable`."""
+    from .dispatch import disable as _disable
+
+    _disable()
+
+
 def register_spmd_rule(op: str, override: bool = False):
     """Decorator registering a paddle-ext SPMD rule for ``op`` (see :mod:`paddle_ext.spmd`)."""
     from .spmd import register_spmd_rule as _register

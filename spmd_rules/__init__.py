@@ -5,5 +5,6 @@ string for the einsum engine (see ``docs/spmd_rules.md``).
 """
 from . import (concat_split, elementwise, embedding, matmul, norm, reduction, scan,  # noqa: F401
                shape)
+from . import gaps  # noqa: F401,E402  - rules for ops Paddle replicates (used by paddle_ext.enable())
 
-__all__ = ["concat_split", "elementwise", "embedding", "matmul", "norm", "reduction", "scan", "shape"]
+__all__ = ["concat_split", "elementwise", "embedding", "matmul", "norm", "reduction", "scan", "shape", "gaps"]

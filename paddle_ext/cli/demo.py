@@ -59,6 +59,30 @@ def _fmt_bytes(n: float) -> str:
     return str(n)
 
 
+def _artifacts(plan, args, results, out: Path) -> list[str]:
+    """Write the replication audit and, for pipeline plans, the schedule picture."""
+    lines = []
+    audit_text = "\n\n".join(f"rank {r['rank']}:\n{r.get('audit', '(no audit)')}" for r in results)
+    (out / "audit.txt").write_text(audit_text + "\n")
+    fell_back = sum(r.get("audit_count", 0) for r in results)
+    lines.append(f"replication audit: {fell_back} op call(s) fell back to Replicate on any rank -> {out}/audit.txt")
+    if plan.degree("pp") > 1:
+        from ..passes import generate_schedule, simulate_schedule
+        from ..passes.render import draw_timeline
+
+        p = plan.degree("pp")
+        result = simulate_schedule(generate_schedule(args.schedule, p, args.microbatches))
+        picture = out / f"schedule_{args.schedule}.png"
+        try:
+            draw_timeline(result, str(picture), title=f"{args.schedule}: {p} ranks, {args.microbatches} microbatches")
+            lines.append(f"schedule picture: {picture} (simulated makespan {result.makespan:g} unit steps)")
+        except Exception as exc:  # noqa: BLE001 - a missing matplotlib must not hide the training result
+            lines.append(f"schedule picture not written: {exc}")
+    else:
+        lines.append("schedule picture: this plan has no pipeline (use a ppN plan)")
+    return lines
+
+
 def run(args) -> int:
     from ..demo.plans import PLANS, parse_plan
     from ..demo.train import RunConfig, reference_losses, train_rank
@@ -79,12 +103,20 @@ def run(args) -> int:
     if args.steps < 1:
         print("paddle-ext demo: error: --steps must be at least 1", file=sys.stderr)
         return 2
+    if plan.degree("pp") > 1:
+        from ..passes.schedules import get_schedule_info
+
+        get_schedule_info(args.schedule)  # an unknown name raises with the list of names
+        if 8 % args.microbatches:
+            print(f"paddle-ext demo: error: --microbatches {args.microbatches} does not divide the batch of 8; "
+                  f"use 1, 2, 4 or 8", file=sys.stderr)
+            return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     progress = out / "progress.jsonl"
     progress.unlink(missing_ok=True)
     run_cfg = RunConfig(plan=plan.name, schedule=args.schedule, steps=args.steps, seed=args.seed,
-                        progress_file=str(progress.resolve()))
+                        microbatches=args.microbatches, progress_file=str(progress.resolve()))
     print(f"paddle-ext demo: plan {plan.name} on {nproc} CPU ranks "
           f"(mesh {' x '.join(f'{d}{n}' for d, n in plan.degrees)})"
           + (f", schedule {args.schedule}" if plan.degree("pp") > 1 else "") + f", {args.steps} steps")
@@ -110,6 +142,9 @@ def run(args) -> int:
         kinds = ", ".join(f"{k} {v.get('calls', 0)}x {_fmt_bytes(v.get('bytes', 0))}"
                           for k, v in sorted(res["collectives"].items())) or "none counted"
         print(f"  rank {res['rank']}: peak {_fmt_bytes(res['peak_memory'])}; {kinds}")
+    print()
+    for line in _artifacts(plan, args, results, out):
+        print(line)
     (out / "results.json").write_text(json.dumps({"plan": plan.name, "reference": ref, "ranks": results,
                                                   "max_rel_loss_diff": worst}, indent=1, default=str))
     print(f"\nresults in {out}/results.json; ranks' logs in {out}/logs")
@@ -127,6 +162,7 @@ def register(subparsers) -> None:
     parser.add_argument("--nproc", type=int, default=None, help="number of ranks (default: what the plan needs)")
     parser.add_argument("--schedule", default="ZBV", help="pipeline schedule for pp plans (default ZBV)")
     parser.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
+    parser.add_argument("--microbatches", type=int, default=4, help="microbatches per step for pp plans (default 4)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="demo_out", help="directory for results, logs and pictures")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before the run is failed")

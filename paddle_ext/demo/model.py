@@ -56,8 +56,10 @@ class Attention(nn.Layer):
         b, s = x.shape[0], x.shape[1]
         q, k, v = (self._heads(proj(x), b, s) for proj in (self.q, self.k, self.v))
         scores = paddle.matmul(q, k, transpose_y=True) * (1.0 / math.sqrt(self.d_head))
-        mask = paddle.triu(paddle.full([s, s], float("-inf"), dtype=scores.dtype), diagonal=1)
-        att = F.softmax(scores + mask, axis=-1)
+        # Paddle 3.3.1 has no SPMD rule for masked_fill: on head-sharded scores it all-gathers
+        # them (the replication audit shows it); paddle_ext.enable() keeps the heads sharded
+        future = paddle.triu(paddle.ones([s, s], dtype="int32"), diagonal=1).astype("bool")
+        att = F.softmax(paddle.masked_fill(scores, future, float("-inf")), axis=-1)
         out = paddle.matmul(att, v).transpose([0, 2, 1, 3]).reshape([b, s, self.n_heads * self.d_head])
         return self.o(out)
 

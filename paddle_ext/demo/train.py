@@ -29,6 +29,7 @@ class RunConfig:
     seed: int = 0
     lr: float = 1e-2
     progress_file: str | None = None
+    enable_rules: bool = True  # paddle_ext.enable(): rules for the ops Paddle would replicate
 
 
 def reference_losses(cfg: RunConfig, model_cfg: GPTConfig = GPTConfig()) -> list[float]:
@@ -153,9 +154,14 @@ def train_rank(run: dict, model_cfg: dict | None = None) -> dict:
     """Run on every rank: build, shard, train ``steps`` steps; return losses, memory, bytes."""
     import paddle.distributed as dist
 
+    import paddle_ext
+    from ..dispatch import audit
+
     from .comm_stats import count_collectives
 
     cfg = RunConfig(**run)
+    if cfg.enable_rules:
+        paddle_ext.enable()
     mcfg = GPTConfig(**(model_cfg or {}))
     plan = parse_plan(cfg.plan)
     if dist.get_world_size() != plan.world_size:
@@ -163,16 +169,19 @@ def train_rank(run: dict, model_cfg: dict | None = None) -> dict:
     if plan.degree("pp") > 1:
         from .pipeline import train_pipeline_rank
 
-        return train_pipeline_rank(cfg, mcfg, plan)
+        with audit() as report:
+            result = train_pipeline_rank(cfg, mcfg, plan)
+        return {**result, "audit": report.text(), "audit_count": report.count}
     parallel = setup_parallel(plan, mcfg, cfg.seed, cfg.lr)
     losses = []
     rank = dist.get_rank()
     start = time.perf_counter()
-    with count_collectives() as stats:
+    with count_collectives() as stats, audit() as report:
         for step, (x, y) in enumerate(make_batches(cfg.steps, cfg.batch, mcfg.seq_len, mcfg.vocab, cfg.seed)):
             value = parallel.train_step(x, y)
             losses.append(value)
             if rank == 0:
                 _report(cfg.progress_file, {"step": step, "loss": value, "elapsed": time.perf_counter() - start})
     return {"rank": rank, "losses": losses, "peak_memory": _peak_memory_bytes(),
-            "collectives": {k: dict(v) for k, v in stats.items()}, "run": asdict(cfg)}
+            "collectives": {k: dict(v) for k, v in stats.items()}, "run": asdict(cfg),
+            "audit": report.text(), "audit_count": report.count}
