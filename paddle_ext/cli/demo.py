@@ -116,7 +116,8 @@ def run(args) -> int:
     progress = out / "progress.jsonl"
     progress.unlink(missing_ok=True)
     run_cfg = RunConfig(plan=plan.name, schedule=args.schedule, steps=args.steps, seed=args.seed,
-                        microbatches=args.microbatches, progress_file=str(progress.resolve()))
+                        microbatches=args.microbatches, progress_file=str(progress.resolve()),
+                        fault_rank=args.inject_fault)
     print(f"paddle-ext demo: plan {plan.name} on {nproc} CPU ranks "
           f"(mesh {' x '.join(f'{d}{n}' for d, n in plan.degrees)})"
           + (f", schedule {args.schedule}" if plan.degree("pp") > 1 else "") + f", {args.steps} steps")
@@ -167,4 +168,6 @@ def register(subparsers) -> None:
     parser.add_argument("--out", default="demo_out", help="directory for results, logs and pictures")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before the run is failed")
     parser.add_argument("--list-plans", action="store_true", help="list the documented plans and exit")
+    parser.add_argument("--inject-fault", type=int, default=None, metavar="RANK",
+                        help="testing: make RANK raise before training (the job must fail cleanly)")
     parser.set_defaults(func=run)

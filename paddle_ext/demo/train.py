@@ -30,6 +30,7 @@ class RunConfig:
     lr: float = 1e-2
     progress_file: str | None = None
     enable_rules: bool = True  # paddle_ext.enable(): rules for the ops Paddle would replicate
+    fault_rank: int | None = None  # tests: this rank raises at step 1 (a failing rank must end the job)
 
 
 def reference_losses(cfg: RunConfig, model_cfg: GPTConfig = GPTConfig()) -> list[float]:
@@ -162,6 +163,8 @@ def train_rank(run: dict, model_cfg: dict | None = None) -> dict:
     cfg = RunConfig(**run)
     if cfg.enable_rules:
         paddle_ext.enable()
+    if cfg.fault_rank is not None and dist.get_rank() == cfg.fault_rank:
+        raise RuntimeError(f"injected fault on rank {cfg.fault_rank} (paddle-ext demo --inject-fault)")
     mcfg = GPTConfig(**(model_cfg or {}))
     plan = parse_plan(cfg.plan)
     if dist.get_world_size() != plan.world_size:
