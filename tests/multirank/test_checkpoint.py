@@ -3,14 +3,16 @@ import numpy as np
 import pytest
 
 import checkpoint_ranks as cr
+from paddle_ext.demo.plans import parse_plan
 from paddle_ext.testing import run_ranks
 
 pytestmark = pytest.mark.multirank
 
 BEFORE, AFTER = 2, 2
 
-# (saved under, loaded under): a chain that changes the layout of every sharded parameter
-CHAIN = [("tp2", "dp2"), ("dp2", "tp2")]
+# (saved under, loaded under): a chain that changes the layout of every sharded parameter and
+# of the optimizer state, across world sizes (2 -> 4 -> 2 ranks) and back to where it started
+CHAIN = [("tp2", "dp2"), ("dp2", "tp2"), ("tp2", "zero3"), ("zero3", "dp2-tp2"), ("dp2-tp2", "tp2")]
 
 
 def _assert_same_state(saved, loaded, label):
@@ -25,10 +27,10 @@ def _assert_same_state(saved, loaded, label):
 @pytest.mark.parametrize("src, dst", CHAIN, ids=[f"{a}->{b}" for a, b in CHAIN])
 def test_checkpoint_across_plans(src, dst, tmp_path):
     path = str(tmp_path / "ckpt")
-    saved = run_ranks(cr.train_save_continue, nproc=2, args=(src, BEFORE, AFTER, path), timeout=240,
-                      log_dir=tmp_path / "log_save")
-    loaded = run_ranks(cr.load_continue, nproc=2, args=(dst, BEFORE, AFTER, path), timeout=240,
-                       log_dir=tmp_path / "log_load")
+    saved = run_ranks(cr.train_save_continue, nproc=parse_plan(src).world_size, args=(src, BEFORE, AFTER, path),
+                      timeout=240, log_dir=tmp_path / "log_save")
+    loaded = run_ranks(cr.load_continue, nproc=parse_plan(dst).world_size, args=(dst, BEFORE, AFTER, path),
+                       timeout=240, log_dir=tmp_path / "log_load")
     _assert_same_state(saved[0]["state"], loaded[0]["state"], f"{src}->{dst}")
     np.testing.assert_allclose(loaded[0]["after"], saved[0]["after"], rtol=1e-5)
 
