@@ -125,8 +125,9 @@ class _Emitter:
 
 
 def _group(mesh):
-    """The collective group of ``mesh`` in mesh order (chunk k lives on ``process_ids[k]``)."""
-    return new_process_group(list(mesh.process_ids))
+    """The collective group of ``mesh``'s ranks, in rank order as Paddle's own functions use
+    (measured: a group in another order still gathers in rank order on gloo)."""
+    return new_process_group(sorted(mesh.process_ids))
 
 
 def _spec(shape, n: int, placement) -> DistSpec:
@@ -246,6 +247,12 @@ def _gather(emit, src, src_attr, value, shape):
         x = emit.typed(paddle._C_ops.pad(x, paddings, 0.0), [first], first, padded_shape,
                        [chunk] + moved[1:])
     x = emit.typed(paddle._C_ops.all_gather(x, _group(mesh).id, n), [first], rep, padded_shape)
+    ids = list(mesh.process_ids)
+    if ids != sorted(ids):  # the gather stacks chunks in rank order; put them in mesh order
+        order = [p for m in range(n) for p in range(sorted(ids).index(ids[m]) * chunk,
+                                                    (sorted(ids).index(ids[m]) + 1) * chunk)]
+        index = paddle._C_ops.full_int_array(order, paddle.int64, _place())
+        x = emit.typed(paddle._C_ops.index_select(x, index, 0), [rep, emit.attr([-1])], rep, padded_shape)
     if i != 0:
         x = emit.typed(paddle._C_ops.transpose(x, perm), [rep], rep, [padded_shape[p] for p in perm])
     return x, chunk * n != shape[i]
