@@ -5,7 +5,7 @@ first ReshardFunction whose ``is_suitable(src_attr, dst_attr)`` is true and lets
 that replace a ``dist_op.reshard``. :func:`install_static_reshard` puts paddle-ext's functions at
 the front of that list (idempotent); :func:`uninstall_static_reshard` takes them out again.
 
-All four act on one 1-D mesh (source and destination on the same mesh). On CPU the static graph
+All five act on one 1-D mesh (source and destination on the same mesh). On CPU the static graph
 only has working ``all_reduce`` and ``all_gather`` kernels (``send_v2``/``recv_v2``,
 ``all_to_all`` and ``reduce_scatter`` throw), so the compositions below are the cheapest ones that
 run. ``S`` is the tensor's bytes, ``n`` the mesh size; "bytes" is what one rank receives.
@@ -22,7 +22,13 @@ S(i) -> S(j)    [pad to even] all_gather + slice own chunk         (n-1)/n * S  
                 Paddle: all_to_all (no CPU kernel), even only.
 P(op) -> S(j)   all_reduce + slice own chunk                       2(n-1)/n * S     (n-1)/n * S
                 Paddle: reduce_scatter (no CPU kernel).
+S(i) -> R       [pad to even] all_gather [+ slice the padding off]  (n-1)/n * S      (n-1)/n * S
+                Paddle: same when even; uneven fails to build.
 ==============  =================================================  ===============  ============
+
+Meshes whose process ids are not in rank order (``[1, 0]``) gather in rank order and reorder
+the chunks with one ``index_select``. Ops get dist types (global shape, dist attr, this rank's
+real local shape) and op dist attrs with the source value's ``chunk_id``.
 
 Uneven shapes use paddle-ext's ceil-first chunks (:class:`~paddle_ext.placements.DistSpec`), the
 split Paddle's ``shard_tensor`` makes; where Paddle would reshape evenly these pad or slice by the
@@ -420,7 +426,9 @@ def static_reshard_bytes(src: DistSpec, dst: DistSpec, itemsize: int = 4) -> int
     numel = math.prod(src.shape)
     if isinstance(b, Partial) and isinstance(a, (Shard, Replicate)):
         return 0
-    if isinstance(a, Shard) and isinstance(b, Shard) and a.dim != b.dim:
+    if isinstance(a, Shard) and (isinstance(b, Replicate) or (isinstance(b, Shard) and a.dim != b.dim)):
+        if n == 1:
+            return 0
         chunk = math.ceil(src.shape[a.dim] / n) if src.shape[a.dim] else 0
         return (n - 1) * chunk * (numel // src.shape[a.dim] if src.shape[a.dim] else 0) * itemsize
     if isinstance(a, Partial) and isinstance(b, Shard):
@@ -430,7 +438,7 @@ def static_reshard_bytes(src: DistSpec, dst: DistSpec, itemsize: int = 4) -> int
         return ((n - 1) * mine + (numel - mine)) * itemsize
     raise ReshardPlanError(
         f"static_reshard_bytes: {format_placements(src.placements)} -> {format_placements(dst.placements)} "
-        f"is not one of paddle-ext's static functions (S->P, R->P, S(i)->S(j), P->S); "
+        f"is not one of paddle-ext's static functions (S->P, R->P, S(i)->S(j), P->S, S->R); "
         f"Paddle's own function runs it")
 
 
