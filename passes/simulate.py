@@ -230,16 +230,18 @@ def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: f
         work.append(rj)
         return meet_at if peer_receives else meet_at + lat
 
+    kf, kb, ki, kw = KF, KB, KI, KW  # locals: the loop below runs once per action
+    send_f, send_b, recv_f = SEND_F, SEND_B, RECV_F
     while work:
         ri = work.popleft()
-        acts, p, t, n = lists[ri], pos[ri], clock[ri], len(lists[ri])
+        acts, t, n = lists[ri], clock[ri], len(lists[ri])
         my_starts, my_ends = starts[ri], ends[ri]
-        while p < n:
+        for p in range(pos[ri], n):  # a break leaves p at the action this rank waits on
             a = acts[p]
             s, k, mb = a
             idx = s * n_mb + mb
             start = t
-            if k is KF:
+            if k is kf:
                 if s:
                     if direct_prev[s]:
                         dep = f_end[idx - n_mb]
@@ -260,7 +262,7 @@ def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: f
                 f_end[idx] = t
                 if wait_f and idx in wait_f:
                     work.extend(wait_f.pop(idx))
-            elif k is KB or k is KI:
+            elif k is kb or k is ki:
                 if f_end[idx] is None:
                     park(wait_f, idx, ri, ("input", a, f"{s}F{mb}", "same rank"))
                     break
@@ -280,21 +282,21 @@ def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: f
                             break
                     if dep > t:
                         start = dep
-                t = start + (cost_b if k is KB else cost_i)
+                t = start + (cost_b if k is kb else cost_i)
                 g_end[idx] = t
                 if wait_g and idx in wait_g:
                     work.extend(wait_g.pop(idx))
-            elif k is KW:
+            elif k is kw:
                 if g_end[idx] is None:
                     park(wait_g, idx, ri, ("input", a, f"{s}I{mb}", "same rank"))
                     break
                 t = start + cost_w
-            elif k is SEND_F or k is SEND_B:
-                made, table = (f_end, wait_f) if k is SEND_F else (g_end, wait_g)
+            elif k is send_f or k is send_b:
+                made, table = (f_end, wait_f) if k is send_f else (g_end, wait_g)
                 if made[idx] is None:
                     park(table, idx, ri, ("unsent", a))
                     break
-                key = (RECV_F, idx + n_mb) if k is SEND_F else (RECV_B, idx - n_mb)
+                key = (RECV_F, idx + n_mb) if k is send_f else (RECV_B, idx - n_mb)
                 if blocking_sends:
                     done = meet(ri, t, key, key[0])
                     if done is None:
@@ -308,7 +310,7 @@ def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: f
             else:  # RECV_F or RECV_B
                 key = (k, idx)
                 if blocking_sends:
-                    done = meet(ri, t, key, SEND_F if k is RECV_F else SEND_B)
+                    done = meet(ri, t, key, SEND_F if k is recv_f else SEND_B)
                     if done is None:
                         my_starts[p] = t
                         break
@@ -317,12 +319,12 @@ def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: f
                         park(waiting, key, ri, ("send", a))
                         break
                     done = max(t, arrived[key])
-                (got_f if k is RECV_F else got_b)[idx] = done
+                (got_f if k is recv_f else got_b)[idx] = done
                 t = done
             my_starts[p] = start
             my_ends[p] = t
-            p += 1
         else:
+            p = n
             blocked.pop(ri, None)
         pos[ri], clock[ri] = p, t
 
@@ -379,15 +381,16 @@ def _result(ranks, lists, starts, ends, costs: Costs, shape, activation_bytes) -
         spans.append(en[last] - st[first] if first is not None else 0.0)
         live = peak = 0
         live_b = peak_b = 0.0
+        kf, kb, kw = KF, KB, KW
         for s, k, _ in acts:  # an activation lives from its F to its W (split) or B (full)
-            if k is KF:
+            if k is kf:
                 live += 1
                 live_b += size_of[s]
                 if live > peak:
                     peak = live
                 if live_b > peak_b:
                     peak_b = live_b
-            elif k is KW or k is KB:
+            elif k is kw or k is kb:
                 live -= 1
                 live_b -= size_of[s]
         peaks.append(peak)

@@ -30,12 +30,15 @@ rank 0  0F0 >0W0< 0I0
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from paddle_ext.errors import ScheduleError
 from paddle_ext.passes.schedule_ir import COMM_KINDS, Action, Kind, format_grid
 
 __all__ = ["ScheduleShape", "check_structure", "validate_schedule"]
+
+_stage_of, _kind_of, _microbatch_of = itemgetter(0), itemgetter(1), itemgetter(2)
 
 F, B, I, W = Kind.F, Kind.B, Kind.I, Kind.W
 SEND_F, RECV_F, SEND_B, RECV_B = Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B
@@ -63,27 +66,29 @@ def check_structure(schedule: Mapping[int, Sequence[Optional[Action]]], n_stages
     """All the static checks of :func:`validate_schedule` (everything but cross-rank progress)."""
     if not isinstance(schedule, Mapping) or not schedule:
         raise ScheduleError(f"a schedule is a non-empty dict {{rank: [Action | None, ...]}}, got {type(schedule).__name__}")
-    per_rank = []  # (rank, [(action, step), ...])
+    # C-level passes (map/set/max) first: schedules hold ~10^5 actions
+    per_rank = []  # (rank, its actions without idle slots)
     stage_rank: Dict[int, int] = {}
     for rank, actions in schedule.items():
         if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
             raise ScheduleError(f"schedule keys are ranks (ints >= 0), got {rank!r}")
-        steps = [(a, step) for step, a in enumerate(actions) if a is not None]
-        wrong = next(((a, step) for a, step in steps if type(a) is not Action), None)
-        if wrong is not None:
-            _fail(schedule, f"rank {rank} step {wrong[1]}: {wrong[0]!r} is not an Action; build actions with "
+        present = [a for a in actions if a is not None]
+        if not set(map(type, present)) <= {Action}:
+            step = next(step for step, a in enumerate(actions) if a is not None and type(a) is not Action)
+            _fail(schedule, f"rank {rank} step {step}: {actions[step]!r} is not an Action; build actions with "
                   "Action(stage, Kind.F, microbatch) or Action.from_str('0F0')")
-        per_rank.append((rank, steps))
-        for stage in {a[0] for a, _ in steps}:
+        per_rank.append((rank, present))
+        for stage in set(map(_stage_of, present)):
             if stage_rank.setdefault(stage, rank) != rank:
-                step = next(step for a, step in steps if a[0] == stage)
+                step = next(step for step, a in enumerate(actions) if a is not None and a.stage == stage)
                 _fail(schedule, f"stage {stage} has actions on rank {stage_rank[stage]} and rank {rank} (step {step}: "
                       f"{actions[step]}); a stage runs on exactly one rank: move its actions to one rank",
                       [(rank, step)])
     if not stage_rank:
         raise ScheduleError("the schedule has no actions; generate one with generate_schedule(name, p, m)")
-    negative = next((a for _, steps in per_rank for a, _ in steps if a.stage < 0 or a.microbatch < 0), None)
-    if negative is not None:
+    lowest = min(min(map(_microbatch_of, present), default=0) for _, present in per_rank)
+    if min(stage_rank) < 0 or lowest < 0:
+        negative = next(a for _, present in per_rank for a in present if a.stage < 0 or a.microbatch < 0)
         _fail(schedule, f"{negative} has a negative stage or microbatch; stages and microbatches count from 0")
     n_found = max(stage_rank) + 1
     n_stages = n_found if n_stages is None else n_stages
@@ -92,24 +97,27 @@ def check_structure(schedule: Mapping[int, Sequence[Optional[Action]]], n_stages
         extra = sorted(s for s in stage_rank if s >= n_stages)
         _fail(schedule, f"expected stages 0..{n_stages - 1}; " + (f"stages {missing} have no actions" if missing else
               f"found stages {extra} beyond them") + "; give every stage its actions or fix n_stages")
-    top = max(a.microbatch for _, steps in per_rank for a, _ in steps)
+    top = max(max(map(_microbatch_of, present), default=0) for _, present in per_rank)
     n_microbatches = top + 1 if n_microbatches is None else n_microbatches
     if top >= n_microbatches:
-        rank, step = next((r, step) for r, steps in per_rank for a, step in steps if a.microbatch == top)
+        rank, step = next((r, step) for r in schedule for step, a in enumerate(schedule[r])
+                          if a is not None and a.microbatch == top)
         _fail(schedule, f"microbatch {top} (in {schedule[rank][step]}) is out of range 0..{n_microbatches - 1}; "
               "fix n_microbatches or the action", [(rank, step)])
 
     # the step of every action, per kind, at index stage * n_microbatches + microbatch
     n_mb = n_microbatches
-    kinds = {a[1] for _, steps in per_rank for a, _ in steps} | {F, B, I, W}
+    kinds = set().union(*(map(_kind_of, present) for _, present in per_rank)) | {F, B, I, W}
     step_of: Dict[Kind, List[Optional[int]]] = {kind: [None] * (n_stages * n_mb) for kind in kinds}
-    for rank, steps in per_rank:
-        for (s, kind, mb), step in steps:
+    for rank, _ in per_rank:
+        for step, a in enumerate(schedule[rank]):
+            if a is None:
+                continue
+            s, kind, mb = a
             table, x = step_of[kind], s * n_mb + mb
             if table[x] is not None:
-                first = (rank, table[x])
-                _fail(schedule, f"{Action(s, kind, mb)} appears twice (rank {rank} steps {table[x]} and {step}); "
-                      "each action runs exactly once: remove one", [first, (rank, step)] if first[1] != step else [])
+                _fail(schedule, f"{a} appears twice (rank {rank} steps {table[x]} and {step}); "
+                      "each action runs exactly once: remove one", [(rank, step)])
             table[x] = step
 
     def at(stage: int, kind: Kind, mb: int):

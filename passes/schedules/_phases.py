@@ -56,19 +56,21 @@ def expand_phases(phases: Phases, stages: Sequence[int], n_microbatches: int,
     pending: List[deque] = [deque() for _ in stages]  # I done, W not yet, per chunk
     pending_any: deque = deque()  # the same, all chunks, in I order: (chunk, microbatch)
     out: List[Action] = []
-    append, new_action = out.append, tuple.__new__  # generators build ~10^5 actions: skip __new__'s Python frame
+    # generators build ~10^5 actions: bind names locally and skip NamedTuple.__new__'s Python frame
+    append, new_action = out.append, tuple.__new__
+    kind_f, kind_w, kind_i = Kind.F, Kind.W, Kind.I
     for repeat, pattern in phases:
         tokens = _parse(pattern, n_chunks)
         count = 0
         while repeat is None or count < repeat:
             emitted = False
             for kind, chunk in tokens:
-                if kind is Kind.F:
+                if kind is kind_f:
                     mb = forward[chunk]
                     if mb >= total:
                         continue
                     forward[chunk] = mb + 1
-                elif kind is Kind.W:
+                elif kind is kind_w:
                     if chunk is None:  # the oldest pending W of any chunk
                         while pending_any and not _is_front(pending, *pending_any[0]):
                             pending_any.popleft()  # already taken by a chunk-specific W
@@ -83,7 +85,7 @@ def expand_phases(phases: Phases, stages: Sequence[int], n_microbatches: int,
                     if mb >= forward[chunk]:
                         continue
                     backward[chunk] = mb + 1
-                    if kind is Kind.I:
+                    if kind is kind_i:
                         pending[chunk].append(mb)
                         pending_any.append((chunk, mb))
                 append(new_action(Action, (stages[chunk], kind, mb)))

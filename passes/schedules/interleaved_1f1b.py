@@ -29,10 +29,10 @@ def interleaved_order(n_ranks: int, n_microbatches: int, n_chunks: int, rank: in
                       backward: Kind = Kind.B) -> List[Action]:
     """Rank ``rank``'s interleaved order (``backward`` = B, or I for InterleavedZB); needs
     ``n_microbatches % n_ranks == 0``."""
-    new_action = tuple.__new__  # ~10^5 actions: skip NamedTuple.__new__'s Python frame
+    new_action, kind_f = tuple.__new__, Kind.F  # ~10^5 actions: skip NamedTuple.__new__'s Python frame
     blocks, chunks = range(n_microbatches // n_ranks), range(n_chunks)
     # per block of n_ranks microbatches: chunk 0 for all of them, then chunk 1, ... (reversed backward)
-    forwards = [new_action(Action, (c * n_ranks + rank, Kind.F, b * n_ranks + j))
+    forwards = [new_action(Action, (c * n_ranks + rank, kind_f, b * n_ranks + j))
                 for b in blocks for c in chunks for j in range(n_ranks)]
     backwards = [new_action(Action, (c * n_ranks + rank, backward, b * n_ranks + j))
                  for b in blocks for c in reversed(chunks) for j in range(n_ranks)]
