@@ -24,10 +24,11 @@ from typing import Sequence
 
 from ..compat.convert import from_paddle_placements, mesh_shape, pad_placements, to_paddle_placements
 from ..compat.version import require_paddle
-from ..errors import PlacementError, ReshardPlanError
+from ..errors import ConversionError, PlacementError, ReshardPlanError
 from ..placements import DistSpec, format_placements
 from .engine import Geometry, exchange, execute
 from .groups import group_for
+from .native import native_is_exact
 from .layout import coord_in
 from .planner import format_plan, plan_reshard
 
@@ -175,7 +176,7 @@ def _specs(x, mesh, placements):
         dst_pl = from_paddle_placements(list(placements), len(mesh_shape(mesh)))
         src = DistSpec(tuple(x.shape), mesh_shape(x.process_mesh), src_pl)
         dst = DistSpec(tuple(x.shape), mesh_shape(mesh), dst_pl)
-    except PlacementError as exc:
+    except (PlacementError, ConversionError) as exc:
         raise ReshardPlanError(
             f"reshard of {_describe(x)} to {list(placements)} on mesh {list(mesh_shape(mesh))}: {exc}") from None
     world = dist.get_world_size()
@@ -186,6 +187,18 @@ def _specs(x, mesh, placements):
             f"reshard of {_describe(x)}: mesh ranks {sorted(set(outside))} are not in this job of "
             f"{world} ranks; build the ProcessMesh from ranks 0..{world - 1}")
     return src, dst, s_ranks, d_ranks
+
+
+def _check_request(paddle, x, src, dst, s_ranks, d_ranks) -> None:
+    """The cross-rank metadata check, over the reshard's own group when one is prepared."""
+    if paddle.distributed.get_world_size() < 2:
+        return
+    members = sorted(set(s_ranks) | set(d_ranks))
+    group = group_for(members)
+    world = members if group is not None else range(paddle.distributed.get_world_size())
+    be = PaddleBackend(paddle, paddle.distributed.get_rank(), world, paddle.empty([0], dtype=x.dtype), None,
+                       group=group)
+    _check_same_everywhere(paddle, be, members, x, src, dst, s_ranks, d_ranks)
 
 
 def _check_same_everywhere(paddle, be, members, x, src, dst, s_ranks, d_ranks) -> None:
@@ -241,11 +254,8 @@ def _reshard_values(x, mesh, paddle_placements, check: bool, stats):
     src, dst, s_ranks, d_ranks = _specs(x, mesh, paddle_placements)
     rank = paddle.distributed.get_rank()
     members = sorted(set(s_ranks) | set(d_ranks))
-    if check and paddle.distributed.get_world_size() > 1:
-        group = group_for(members)
-        be = PaddleBackend(paddle, rank, members if group is not None else range(paddle.distributed.get_world_size()),
-                           paddle.empty([0], dtype=x.dtype), None, group=group)
-        _check_same_everywhere(paddle, be, members, x, src, dst, s_ranks, d_ranks)
+    if check:
+        _check_request(paddle, x, src, dst, s_ranks, d_ranks)
     plan = plan_reshard(src, dst, src_ranks=s_ranks, dst_ranks=d_ranks, itemsize=x.element_size())
     if stats is not None:
         stats.update(plan=format_plan(plan), plan_bytes=sum(s.bytes for s in plan))
@@ -300,11 +310,26 @@ def reshard(x, mesh, placements, *, check: bool = True, stats: dict | None = Non
     request is invalid or ranks disagree.
     """
     paddle = require_paddle("paddle_ext.reshard")
-    if x.stop_gradient or not paddle.is_grad_enabled():
-        return _reshard_values(x, mesh, placements, check, stats)
+    src, dst, s_ranks, d_ranks = _specs(x, mesh, placements)
+    if check:  # before any data moves, on every path
+        _check_request(paddle, x, src, dst, s_ranks, d_ranks)
+    differentiable = not x.stop_gradient and paddle.is_grad_enabled()
+    # Paddle's own path is exact and moves the same bytes here; its backward gives a Partial
+    # source a Replicate gradient, so those keep paddle-ext's path (x.grad keeps x's placements)
+    if s_ranks == d_ranks and native_is_exact(src, dst) and not (differentiable and src.partial_mesh_dims()):
+        from .install import NATIVE_LISTENERS, original_reshard
+
+        for listener in NATIVE_LISTENERS:
+            listener(src, dst, x.element_size())
+        if stats is not None:
+            stats.update(plan="native", plan_bytes=sum(step.bytes for step in
+                                                       plan_reshard(src, dst, itemsize=x.element_size())))
+        return original_reshard()(x, mesh, list(placements))
+    if not differentiable:
+        return _reshard_values(x, mesh, placements, False, stats)
     if not _FUNCTION:
         _FUNCTION.append(_pylayer())
-    return _FUNCTION[0].apply(x, mesh, list(placements), check, stats)
+    return _FUNCTION[0].apply(x, mesh, list(placements), False, stats)
 
 
 def in_mesh(mesh) -> bool:

@@ -35,26 +35,18 @@ NATIVE_LISTENERS: list = []  # callables (src_spec, dst_spec, itemsize) told of 
 def _make(original, check: bool):
     import paddle
 
-    from ..compat.convert import from_paddle_placements, mesh_shape, spec_of
-    from ..placements import DistSpec
+    from ..compat.convert import from_paddle_placements, spec_of
     from .dygraph import reshard as ext_reshard
-    from .native import native_is_exact
 
     def reshard(dist_tensor, mesh, placements):
         if not paddle.in_dynamic_mode() or not getattr(dist_tensor, "is_dist", lambda: False)():
             return original(dist_tensor, mesh, placements)
         try:
-            src = spec_of(dist_tensor)
-            dst = DistSpec(src.shape, mesh_shape(mesh), from_paddle_placements(list(placements), len(mesh.shape)))
+            spec_of(dist_tensor)
+            from_paddle_placements(list(placements), len(mesh.shape))
         except ConversionError:
             return original(dist_tensor, mesh, placements)
-        same_mesh = list(dist_tensor.process_mesh.process_ids) == list(mesh.process_ids)
-        if native_is_exact(src, dst, same_mesh):
-            # exact and as cheap in Paddle, and it talks only within the mesh's own group
-            for listener in NATIVE_LISTENERS:
-                listener(src, dst, dist_tensor.element_size())
-            return original(dist_tensor, mesh, placements)
-        return ext_reshard(dist_tensor, mesh, placements, check=check)
+        return ext_reshard(dist_tensor, mesh, placements, check=check)  # delegates where Paddle is exact
 
     reshard.__doc__ = (original.__doc__ or "") + "\n(paddle-ext: dygraph reshards use paddle_ext.reshard)"
     reshard.__wrapped__ = original
