@@ -45,13 +45,16 @@ def get_spmd_rule(op: str, source: str = "auto"):
 def install() -> list[str]:
     """Make Paddle use paddle-ext where Paddle lacks a path (idempotent).
 
-    Applies the compat fixes this Paddle needs and routes dygraph ``dist.reshard`` (and
-    ShardingStage1/2/3's reshards) through paddle-ext's planner and executor. Returns the names
-    of what is in effect (``paddle-ext doctor`` prints the same list).
+    Applies the compat fixes this Paddle needs, routes dygraph ``dist.reshard`` (and
+    ShardingStage1/2/3's reshards) through paddle-ext's planner and executor, and puts
+    paddle-ext's static (PIR) ReshardFunctions ahead of Paddle's. Returns the names of what is in
+    effect (``paddle-ext doctor`` prints the same list).
     """
     from .compat import install as _install_fixes
     from .reshard import install_reshard
+    from .reshard.static_funcs import install_static_reshard  # imports Paddle
 
     names = _install_fixes()
     install_reshard()
-    return names + ["dygraph-reshard"]
+    install_static_reshard()
+    return names + ["dygraph-reshard", "static-reshard-functions"]

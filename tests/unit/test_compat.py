@@ -113,13 +113,16 @@ def test_install_is_idempotent_and_reports():
     try:
         first = paddle_ext.install()
         assert paddle_ext.install() == first
-        assert set(first) <= set(FIXES) | {"dygraph-reshard"} and "dygraph-reshard" in first
+        extras = {"dygraph-reshard", "static-reshard-functions"}
+        assert set(first) <= set(FIXES) | extras and extras <= set(first)
         assert ("static-gloo-groups" in first) == (not paddle.is_compiled_with_cuda())
     finally:
         from paddle_ext.reshard.install import uninstall_reshard
+        from paddle_ext.reshard.static_funcs import uninstall_static_reshard
 
         uninstall()
         uninstall_reshard()
+        uninstall_static_reshard()
 
 
 class _BarePlacement:
