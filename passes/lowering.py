@@ -35,7 +35,8 @@ rank 1: 1RECV_F0 1F0 1RECV_F1 1B0 1SEND_B0 1F1 1B1 1SEND_B1
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from operator import itemgetter
+from typing import List, Mapping, Optional, Sequence, Tuple, Union
 
 from paddle_ext.errors import ScheduleError
 from paddle_ext.passes.schedule_ir import Action, Kind, Schedule
@@ -54,8 +55,11 @@ def _busy_at(starts, ends, t: float, hold: float) -> float:
 
 def _meeting_time(sender, receiver, earliest: float, latest: float, hold: float) -> float:
     """First t in [earliest, latest - hold] where the sender is between actions at t and the
-    receiver is free during the ``hold`` a blocking receive lasts; ``earliest`` if there is none."""
-    t = earliest
+    receiver is free during the ``hold`` a blocking receive lasts; ``earliest`` if there is none.
+    (At ``earliest``, the end of the producing action, the sender is always between actions.)"""
+    t = _busy_at(*receiver, earliest, hold)
+    if t < 0:
+        return earliest
     while t <= latest - hold:
         busy = max(_busy_at(*sender, t, 0.0), _busy_at(*receiver, t, hold))
         if busy < 0:
@@ -84,45 +88,49 @@ def add_send_recv(schedule: Mapping[int, Sequence[Optional[Action]]], costs: Uni
     if min(costs.forward, costs.backward_input, costs.backward_weight, costs.backward) <= 0:
         raise ScheduleError(f"add_send_recv orders communication by simulated time and needs costs > 0, got {costs}")
     timing = run_simulation(schedule, shape, costs, comm_latency)
-    n_stages = shape.n_stages
+    n_stages, n_mb, hold = shape.n_stages, shape.n_microbatches, float(comm_latency)
     rank_index = {rank: i for i, rank in enumerate(timing.ranks)}
     srank = [rank_index[shape.stage_to_rank[s]] for s in range(n_stages)]
-    start_of: Dict[Tuple[int, int], float] = {}  # (stage, mb) -> start of its F; backward below
-    back_start: Dict[Tuple[int, int], float] = {}
+    # when each consumer starts, at index stage * n_microbatches + microbatch
+    kf, kb, ki = Kind.F, Kind.B, Kind.I  # locals: the loops below run once per action
+    forward_start: List[float] = [0.0] * (n_stages * n_mb)
+    backward_start: List[float] = [0.0] * (n_stages * n_mb)
     for i in range(len(timing.ranks)):
-        for a, start, _ in timing.timed(i):
-            if a.kind is Kind.F:
-                start_of[(a.stage, a.microbatch)] = start
-            elif a.kind is Kind.B or a.kind is Kind.I:
-                back_start[(a.stage, a.microbatch)] = start
+        for (s, kind, mb), start, _ in timing.timed(i):
+            if kind is kf:
+                forward_start[s * n_mb + mb] = start
+            elif kind is kb or kind is ki:
+                backward_start[s * n_mb + mb] = start
 
+    new_action = tuple.__new__  # ~10^5 actions: skip NamedTuple.__new__'s Python frame
+    send_f, recv_f, send_b, recv_b = Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B
     comms: List[List[Tuple[tuple, Action]]] = [[] for _ in timing.ranks]
     for i in range(len(timing.ranks)):
-        for a, _, end in timing.timed(i):
-            s, mb = a.stage, a.microbatch
-            if a.kind is Kind.F and s + 1 < n_stages and srank[s + 1] != i:
-                peer, consumer_start, direction = srank[s + 1], start_of[(s + 1, mb)], 0
-                send, recv = Action(s, Kind.SEND_F, mb), Action(s + 1, Kind.RECV_F, mb)
-            elif a.kind in (Kind.B, Kind.I) and s > 0 and srank[s - 1] != i:
-                peer, consumer_start, direction = srank[s - 1], back_start[(s - 1, mb)], 1
-                send, recv = Action(s, Kind.SEND_B, mb), Action(s - 1, Kind.RECV_B, mb)
+        sender = (timing.starts[i], timing.ends[i])
+        for (s, kind, mb), _, end in timing.timed(i):
+            if kind is kf and s + 1 < n_stages and srank[s + 1] != i:
+                peer, consumer_start, direction = srank[s + 1], forward_start[(s + 1) * n_mb + mb], 0
+                send, recv = (s, send_f, mb), (s + 1, recv_f, mb)
+            elif (kind is kb or kind is ki) and s > 0 and srank[s - 1] != i:
+                peer, consumer_start, direction = srank[s - 1], backward_start[(s - 1) * n_mb + mb], 1
+                send, recv = (s, send_b, mb), (s - 1, recv_b, mb)
             else:
                 continue
-            meet = _meeting_time((timing.starts[i], timing.ends[i]), (timing.starts[peer], timing.ends[peer]),
-                                 end, consumer_start, float(comm_latency))
+            meet = _meeting_time(sender, (timing.starts[peer], timing.ends[peer]), end, consumer_start, hold)
             key = (meet, direction, s, mb)
-            comms[i].append((key, send))
-            comms[peer].append((key, recv))
+            comms[i].append((key, new_action(Action, send)))
+            comms[peer].append((key, new_action(Action, recv)))
 
     lowered: Schedule = {}
     for i, rank in enumerate(timing.ranks):
         starts, actions = timing.starts[i], timing.actions[i]
         out: List[Optional[Action]] = []
         done = 0
-        for key, comm in sorted(comms[i], key=lambda item: item[0]):
+        for key, comm in sorted(comms[i], key=itemgetter(0)):
             slot = bisect_left(starts, key[0])  # compute actions starting before the meeting time
-            out.extend(actions[done:slot])
-            done = max(done, slot)
+            if slot > done:
+                out.extend(actions[done:slot])
+                done = slot
             out.append(comm)
         out.extend(actions[done:])
         lowered[rank] = out

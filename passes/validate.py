@@ -141,11 +141,9 @@ def check_structure(schedule: Mapping[int, Sequence[Optional[Action]]], n_stages
             if (back < f or (w is not None and w < i) or (same_prev and fs[x - n_mb] > f)
                     or (after is not None and after > back)):
                 _fail_order(schedule, s, x - s * n_mb, at, same_prev)
-    comms = sorted(kinds & COMM_KINDS)
+    comms = kinds & COMM_KINDS
     if comms:
-        found = [Action(x // n_mb, kind, x % n_mb) for kind in comms
-                 for x, step in enumerate(step_of[kind]) if step is not None]
-        _check_comms(schedule, at, stage_rank, n_stages, n_microbatches, found)
+        _check_comms(schedule, step_of, at, stage_rank, n_stages, n_mb)
     return ScheduleShape(len(schedule), n_stages, n_microbatches, stage_rank, bool(comms))
 
 
@@ -179,37 +177,47 @@ def _fail_order(schedule, s, mb, at, same_prev) -> None:
           f"{back[0]}; it needs the input gradient of stage {s + 1}", [back])
 
 
-# (send kind, receive kind, peer stage offset, producing kinds, consuming kinds)
-_EDGES = ((SEND_F, RECV_F, +1, (F,), (F,)), (SEND_B, RECV_B, -1, (B, I), (B, I)))
-
-
-def _check_comms(schedule, at, stage_rank, n_stages, n_microbatches, comms) -> None:
-    for s, kind, mb in comms:
-        peer = s + (1 if kind in (SEND_F, RECV_B) else -1)
-        if not 0 <= peer < n_stages or stage_rank[peer] == stage_rank[s]:
-            why = "does not exist" if not 0 <= peer < n_stages else "is on the same rank"
-            _fail(schedule, f"{Action(s, kind, mb)} has no peer on another rank (stage {peer} {why}); remove it",
-                  [at(s, kind, mb)])
+def _check_comms(schedule, step_of, at, stage_rank, n_stages, n_mb) -> None:
+    """Exactly one send and one receive per edge between stages on different ranks, the send
+    after the compute that makes the data and the receive before the compute that uses it."""
+    absent = [None] * (n_stages * n_mb)
+    for kind, offset in ((SEND_F, 1), (RECV_F, -1), (SEND_B, -1), (RECV_B, 1)):
+        table = step_of.get(kind, absent)
+        for s in range(n_stages):
+            peer = s + offset
+            if 0 <= peer < n_stages and stage_rank[peer] != stage_rank[s]:
+                continue
+            mb = next((mb for mb in range(n_mb) if table[s * n_mb + mb] is not None), None)
+            if mb is not None:
+                why = "does not exist" if not 0 <= peer < n_stages else "is on the same rank"
+                _fail(schedule, f"{Action(s, kind, mb)} has no peer on another rank (stage {peer} {why}); remove it",
+                      [at(s, kind, mb)])
+    fs, bs, is_ = step_of[F], step_of[B], step_of[I]
     for src in range(n_stages):
-        for send, recv, offset, produce, consume in _EDGES:
+        for send, recv, offset in ((SEND_F, RECV_F, 1), (SEND_B, RECV_B, -1)):
             dst = src + offset
             if not 0 <= dst < n_stages or stage_rank[src] == stage_rank[dst]:
                 continue
-            for mb in range(n_microbatches):
-                tx, rx = at(src, send, mb), at(dst, recv, mb)
+            sends, receives = step_of.get(send, absent), step_of.get(recv, absent)
+            for mb in range(n_mb):
+                x, y = src * n_mb + mb, dst * n_mb + mb
+                tx, rx = sends[x], receives[y]
                 if tx is None or rx is None:
                     missing = Action(src, send, mb) if tx is None else Action(dst, recv, mb)
                     _fail(schedule, f"{missing} is missing: stage {src} (rank {stage_rank[src]}) feeds stage {dst} "
                           f"(rank {stage_rank[dst]}) for microbatch {mb}; lower the compute-only schedule with "
-                          "add_send_recv", [p for p in (tx, rx) if p])
-                made = next(p for p in (at(src, k, mb) for k in produce) if p)
-                used = next(p for p in (at(dst, k, mb) for k in consume) if p)
-                if tx[1] < made[1]:
-                    _fail(schedule, f"{Action(src, send, mb)} (rank {tx[0]} step {tx[1]}) runs before the compute "
-                          "that produces what it sends; move the send after it", [tx])
-                if rx[1] > used[1]:
-                    _fail(schedule, f"{Action(dst, recv, mb)} (rank {rx[0]} step {rx[1]}) runs after the compute "
-                          "that needs it; move the receive before it", [rx])
+                          "add_send_recv", [p for p in (at(src, send, mb), at(dst, recv, mb)) if p])
+                if send is SEND_F:
+                    made, used = fs[x], fs[y]
+                else:
+                    made = bs[x] if bs[x] is not None else is_[x]
+                    used = bs[y] if bs[y] is not None else is_[y]
+                if tx < made:
+                    _fail(schedule, f"{Action(src, send, mb)} (rank {stage_rank[src]} step {tx}) runs before the "
+                          "compute that produces what it sends; move the send after it", [at(src, send, mb)])
+                if rx > used:
+                    _fail(schedule, f"{Action(dst, recv, mb)} (rank {stage_rank[dst]} step {rx}) runs after the "
+                          "compute that needs it; move the receive before it", [at(dst, recv, mb)])
 
 
 def validate_schedule(schedule: Mapping[int, Sequence[Optional[Action]]], n_stages: Optional[int] = None,
