@@ -11,7 +11,10 @@ each checked on the real Paddle object and revertible like :mod:`.fixes`:
   runs (the pipeline plan's job programs, else the dense program), every ``send_v2``,
   ``recv_v2``, ``all_reduce``, ``all_gather`` and ``broadcast`` is rewritten into a small C++
   op (built once with ``paddle.utils.cpp_extension``, cached) that looks its ring up in
-  ``CommContextManager`` when it runs. Point-to-point uses one 2-rank channel per direction
+  ``CommContextManager`` when it runs. Communicators are named by their ordered ranks, not by
+  ring id (Paddle numbers static groups in a rank-dependent order, so two groups can share an
+  id on different ranks), and ``Engine._init_comm`` creates them in one global order.
+  Point-to-point uses one 2-rank channel per direction
   (a FIFO); a send enqueues a copy and returns, like NCCL's, and a per-channel thread does the
   blocking gloo send, so a rank only waits in receives: any job order whose sends and receives
   agree in order per channel runs (Paddle's FThenB, 1F1B, VPP and paddle-ext's lowered IR
@@ -33,7 +36,7 @@ each checked on the real Paddle object and revertible like :mod:`.fixes`:
 
 Also here (compat is the only module touching ``core.Job``/``core.Plan``/pass registries):
 :func:`make_plan`, :func:`pipeline_pass_base`, :func:`register_pipeline_pass`,
-:func:`available_schedule_modes`, :func:`p2p_channels`.
+:func:`available_schedule_modes`, :func:`comm_key`, :func:`p2p_key`.
 """
 from __future__ import annotations
 
@@ -49,7 +52,6 @@ ENGINE_MODULE = "paddle.distributed.auto_parallel.static.engine"
 PIR_PASS_MODULE = "paddle.distributed.auto_parallel.static.pir_pass"
 HELPER_MODULE = "paddle.distributed.auto_parallel.static.helper"
 PASS_PREFIX = "pipeline_scheduler_"
-CHANNEL_TYPE = "paddle_ext_p2p"  # group_type of our per-direction channels
 # Paddle's registered names whose PIR pass cannot build a plan (no _partial_pir_programs)
 _PADDLE_BROKEN = frozenset({"ZBH1", "ZBVPP", "Eager1F1B"})
 
@@ -179,14 +181,22 @@ class GlooCommContext : public CommContext {
 }  // namespace phi
 
 namespace {
-phi::distributed::GlooCommContext* Ring(int ring_id) {
+phi::distributed::GlooCommContext* Ring(const std::string& key) {
   auto& manager = phi::distributed::CommContextManager::GetInstance();
-  const std::string key = std::to_string(ring_id);
-  PD_CHECK(manager.Has(key), "paddle-ext gloo op: no communicator for ring ", ring_id,
-           "; Engine._init_comm creates one per static process group of this rank");
+  PD_CHECK(manager.Has(key), "paddle-ext gloo op: no communicator ", key,
+           "; Engine._init_comm (patched by paddle-ext) creates one per group of this rank");
   return static_cast<phi::distributed::GlooCommContext*>(manager.Get(key));
 }
 phi::DenseTensor* Dense(const paddle::Tensor& t) { return static_cast<phi::DenseTensor*>(t.impl().get()); }
+
+template <typename F>
+void Call(const char* what, const std::string& ring_id, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    PD_THROW("paddle-ext gloo ", what, " on ring ", ring_id, " failed: ", e.what());
+  }
+}
 
 // A send channel: the op enqueues a copy and returns (like NCCL's asynchronous send); one
 // thread per ring performs the blocking gloo sends in order. A rank then only ever waits in a
@@ -198,7 +208,7 @@ struct SendQueue {
   std::string error;
 };
 
-void Drain(int ring_id, SendQueue* q) {
+void Drain(std::string ring_id, SendQueue* q) {
   for (;;) {
     std::pair<paddle::Tensor, int> item;
     {
@@ -218,9 +228,9 @@ void Drain(int ring_id, SendQueue* q) {
   }
 }
 
-SendQueue* QueueOf(int ring_id) {
+SendQueue* QueueOf(const std::string& ring_id) {
   static std::mutex mu;
-  static auto* queues = new std::unordered_map<int, SendQueue*>();  // never freed: threads outlive exit
+  static auto* queues = new std::unordered_map<std::string, SendQueue*>();  // never freed: threads outlive exit
   std::lock_guard<std::mutex> lock(mu);
   auto it = queues->find(ring_id);
   if (it != queues->end()) return it->second;
@@ -231,7 +241,7 @@ SendQueue* QueueOf(int ring_id) {
 }
 }  // namespace
 
-std::vector<paddle::Tensor> Send(const paddle::Tensor& x, int ring_id, int peer) {
+std::vector<paddle::Tensor> Send(const paddle::Tensor& x, const std::string& ring_id, int peer) {
   SendQueue* q = QueueOf(ring_id);
   auto copy = x.copy_to(x.place(), true);
   {
@@ -242,32 +252,32 @@ std::vector<paddle::Tensor> Send(const paddle::Tensor& x, int ring_id, int peer)
   q->cv.notify_all();
   return {paddle::full({1}, 0, x.dtype(), x.place())};
 }
-std::vector<paddle::Tensor> Recv(const paddle::Tensor& like, int ring_id, int peer) {
+std::vector<paddle::Tensor> Recv(const paddle::Tensor& like, const std::string& ring_id, int peer) {
   auto out = paddle::empty(like.shape(), like.dtype(), like.place());
-  Ring(ring_id)->Recv(Dense(out), peer, 0);
+  Call("recv", ring_id, [&] { Ring(ring_id)->Recv(Dense(out), peer, 0); });
   return {out};
 }
-std::vector<paddle::Tensor> AllReduce(const paddle::Tensor& x, int ring_id, int reduce_op) {
+std::vector<paddle::Tensor> AllReduce(const paddle::Tensor& x, const std::string& ring_id, int reduce_op) {
   auto out = paddle::empty(x.shape(), x.dtype(), x.place());
-  Ring(ring_id)->AllReduce(Dense(out), *Dense(x), reduce_op, 0);
+  Call("all_reduce", ring_id, [&] { Ring(ring_id)->AllReduce(Dense(out), *Dense(x), reduce_op, 0); });
   return {out};
 }
-std::vector<paddle::Tensor> AllGather(const paddle::Tensor& x, int ring_id, int nranks) {
+std::vector<paddle::Tensor> AllGather(const paddle::Tensor& x, const std::string& ring_id, int nranks) {
   auto shape = x.shape();
   shape[0] *= nranks;
   auto out = paddle::empty(shape, x.dtype(), x.place());
-  Ring(ring_id)->AllGather(Dense(out), *Dense(x), 0);
+  Call("all_gather", ring_id, [&] { Ring(ring_id)->AllGather(Dense(out), *Dense(x), 0); });
   return {out};
 }
-std::vector<paddle::Tensor> Broadcast(const paddle::Tensor& x, int ring_id, int root) {
+std::vector<paddle::Tensor> Broadcast(const paddle::Tensor& x, const std::string& ring_id, int root) {
   auto out = paddle::empty(x.shape(), x.dtype(), x.place());
-  Ring(ring_id)->Broadcast(Dense(out), *Dense(x), root, 0);
+  Call("broadcast", ring_id, [&] { Ring(ring_id)->Broadcast(Dense(out), *Dense(x), root, 0); });
   return {out};
 }
 
 std::vector<std::vector<int64_t>> SameShape(const std::vector<int64_t>& x) { return {x}; }
 std::vector<std::vector<int64_t>> OneShape(const std::vector<int64_t>& x) { return {{1}}; }
-std::vector<std::vector<int64_t>> GatherShape(const std::vector<int64_t>& x, int ring_id, int nranks) {
+std::vector<std::vector<int64_t>> GatherShape(const std::vector<int64_t>& x, const std::string& ring_id, int nranks) {
   auto s = x;
   if (!s.empty() && s[0] > 0) s[0] *= nranks;
   return {s};
@@ -275,7 +285,7 @@ std::vector<std::vector<int64_t>> GatherShape(const std::vector<int64_t>& x, int
 std::vector<paddle::DataType> SameType(const paddle::DataType& t) { return {t}; }
 
 #define PE_OP(name, fn, attr, shape)                                              \
-  PD_BUILD_OP(name).Inputs({"X"}).Outputs({"Out"}).Attrs({"ring_id: int", attr})  \
+  PD_BUILD_OP(name).Inputs({"X"}).Outputs({"Out"}).Attrs({"ring: std::string", attr})  \
       .SetKernelFn(PD_KERNEL(fn)).SetInferShapeFn(PD_INFER_SHAPE(shape))          \
       .SetInferDtypeFn(PD_INFER_DTYPE(SameType))
 PE_OP(pe_gloo_send, Send, "peer: int", OneShape);
@@ -334,30 +344,53 @@ def load_gloo_ops():
     return module
 
 
-def p2p_channels() -> dict:
-    """``{(sender, receiver): ring_id}`` of the p2p channels created so far (global ranks)."""
+def comm_key(ranks) -> str:
+    """The communicator of an ordered group of global ranks (same text on every member)."""
+    return "paddle_ext:" + ",".join(str(int(r)) for r in ranks)
+
+
+def p2p_key(sender: int, receiver: int) -> str:
+    """The one-direction point-to-point channel ``sender -> receiver`` (its ranks: [sender, receiver])."""
+    return f"paddle_ext:p2p:{int(sender)}>{int(receiver)}"
+
+
+def wanted_communicators() -> list:
+    """``(key, ordered ranks)`` of every communicator the static groups need, in one global order.
+
+    Paddle numbers static groups in a rank-dependent order (ranks 0,1 may call [0,1] ring 31
+    while ranks 2,3 call [2,3] ring 31), so a communicator is named by its ranks, never by its
+    ring id, and every rank creates its own in the same (sorted) order: rendezvous among the
+    members of the first unfinished one always completes."""
     from paddle.distributed.auto_parallel.static.process_group import get_all_process_groups
 
-    return {(g.ranks[0], g.ranks[1]): g.id for g in get_all_process_groups() if g.group_type == CHANNEL_TYPE}
+    wanted = set()
+    for group in get_all_process_groups():
+        ranks = tuple(int(r) for r in group.ranks)
+        if len(ranks) >= 2:
+            wanted.add((comm_key(ranks), ranks))
+        if group.group_type == "p2p" and len(ranks) == 2:
+            for s_, r_ in (ranks, ranks[::-1]):
+                wanted.add((p2p_key(s_, r_), (s_, r_)))
+    return sorted(wanted, key=lambda item: (len(item[1]), item[1], item[0]))
 
 
-def ensure_p2p_channels() -> dict:
-    """One 2-rank group per direction of every pair Paddle's reshard sends between.
+_CREATED: set = set()  # communicators this process created (CommContextManager has no Python lookup)
 
-    A channel carries only that direction's messages, so they pair in FIFO order. Runs on
-    every rank over the same process-group map (built from the same program), in sorted order,
-    so ring ids agree across ranks; ``Engine._init_comm`` instantiates them."""
-    from paddle.distributed.auto_parallel.static.process_group import get_all_process_groups, new_process_group
 
-    pairs = sorted({(g.ranks[0], g.ranks[1]) for g in get_all_process_groups()
-                    if g.group_type == "p2p" and len(g.ranks) == 2})
-    channels = p2p_channels()
-    for pair in pairs:
-        for direction in (pair, pair[::-1]):
-            if direction not in channels:
-                channels[direction] = new_process_group(list(direction), force_new_group=True,
-                                                        group_type=CHANNEL_TYPE).id
-    return channels
+def create_communicators() -> list:
+    """Create this rank's communicators of :func:`wanted_communicators`; returns the new keys."""
+    import paddle
+    from paddle.base import core
+
+    rank = paddle.distributed.get_rank()
+    store = core.create_or_get_global_tcp_store()
+    made = []
+    for key, ranks in wanted_communicators():
+        if rank in ranks and key not in _CREATED:
+            core.CommContextManager.create_gloo_comm_context(store, key, ranks.index(rank), len(ranks))
+            _CREATED.add(key)
+            made.append(key)
+    return made
 
 
 # phi ReduceType (kRedSum, kRedMax, kRedMin, kRedProd) -> GlooCommContext's ReduceOp
@@ -366,9 +399,10 @@ COLLECTIVES = ("pd_op.send_v2", "pd_op.recv_v2", "pd_op.all_reduce", "pd_op.all_
                "pd_op.broadcast", "pd_op.broadcast_")
 
 
-def lower_collectives(program, channels: dict, rank: int, ops=None) -> dict:
-    """Rewrite every collective of ``program`` into the ring-aware gloo ops; returns counts by
-    op name. Raises :class:`ScheduleError` for a peer without a channel or an unsupported reduce."""
+def lower_collectives(program, rank: int, names=COLLECTIVES, ops=None) -> dict:
+    """Rewrite the collectives ``names`` of ``program`` into the gloo ops; returns counts by op
+    name. Groups of one rank are left to Paddle (which removes them); an unsupported reduce or
+    a ring that is not a static process group raises :class:`ScheduleError`."""
     import paddle
     from paddle.distributed.auto_parallel.static.process_group import get_process_group
 
@@ -377,33 +411,30 @@ def lower_collectives(program, channels: dict, rank: int, ops=None) -> dict:
     with paddle.static.program_guard(program):
         for op in list(program.global_block().ops):
             name = op.name()
-            if name not in COLLECTIVES:
+            if name not in names:
                 continue
             attrs = op.attrs()
-            ring = attrs["ring_id"]
+            group = get_process_group(attrs["ring_id"])
+            if group is None:
+                raise ScheduleError(f"{name} on ring {attrs['ring_id']}: no static process group with that id; "
+                                    "the program was not built by the Engine's reshard pass")
+            if len(group.ranks) < 2:
+                continue
+            ring = comm_key(group.ranks)
             paddle.pir.set_insertion_point(op)
             if name in ("pd_op.send_v2", "pd_op.recv_v2"):
-                group = get_process_group(ring)
-                if group is None:
-                    raise ScheduleError(f"{name} on ring {ring}: no static process group with that id; the "
-                                        "program was not built by the Engine's reshard pass")
-                peer = group.ranks[attrs["peer"]]
-                direction = (rank, peer) if name == "pd_op.send_v2" else (peer, rank)
-                if direction not in channels:
-                    raise ScheduleError(f"no p2p channel {direction[0]}->{direction[1]} for {name} on rank {rank}; "
-                                        f"known channels {sorted(channels)}; run paddle_ext.install() before "
-                                        "dist.to_static so the pipeline pass creates them")
+                peer = int(group.ranks[attrs["peer"]])
                 if name == "pd_op.send_v2":
-                    new = ops.pe_gloo_send(op.operand_source(0), channels[direction], 1)
+                    new = ops.pe_gloo_send(op.operand_source(0), p2p_key(rank, peer), 1)
                 else:
                     like = paddle._C_ops.empty(list(attrs["out_shape"]), attrs["dtype"], paddle.CPUPlace())
-                    new = ops.pe_gloo_recv(like, channels[direction], 0)
+                    new = ops.pe_gloo_recv(like, p2p_key(peer, rank), 0)
                     op.result(0).replace_all_uses_with(new)
             else:
                 x = op.operand_source(0)
                 if name.startswith("pd_op.all_reduce"):
                     if attrs["reduce_type"] not in _GLOO_REDUCE:
-                        raise ScheduleError(f"{name} on ring {ring} with reduce_type {attrs['reduce_type']}: gloo "
+                        raise ScheduleError(f"{name} on {ring} with reduce_type {attrs['reduce_type']}: gloo "
                                             "supports sum, max, min and prod; use one of them")
                     new = ops.pe_gloo_all_reduce(x, ring, _GLOO_REDUCE[attrs["reduce_type"]])
                 elif name == "pd_op.all_gather":
@@ -435,10 +466,9 @@ def strip_stream_events(program) -> int:
 
 def lower_engine_collectives(engine, mode) -> dict:
     """:func:`lower_collectives` on what ``engine`` runs for ``mode``: each job program of the
-    pipeline plan, else the dense main program."""
+    pipeline plan, else the dense main program (send/recv included, events stripped)."""
     import paddle
 
-    channels = ensure_p2p_channels()
     rank = paddle.distributed.get_rank()
     plan = engine._job_plan
     programs = ([plan.ir_program(t) for t in plan.job_types()] if plan is not None
@@ -446,17 +476,24 @@ def lower_engine_collectives(engine, mode) -> dict:
     total: dict = {}
     for program in programs:
         strip_stream_events(program)
-        for name, n in lower_collectives(program, channels, rank).items():
+        for name, n in lower_collectives(program, rank).items():
             total[name] = total.get(name, 0) + n
-    logger.info("rank %d: collectives on ring-aware gloo ops: %s", rank, total)
+    logger.info("rank %d: send/recv on gloo channels: %s", rank, total)
     return total
+
+
+NOT_P2P = tuple(n for n in COLLECTIVES if n not in ("pd_op.send_v2", "pd_op.recv_v2"))
 
 
 def _collectives_apply():
     import importlib
 
-    Engine = importlib.import_module(ENGINE_MODULE).Engine
-    parallel_pir = Engine._parallel_pir
+    import paddle
+
+    engine_mod = importlib.import_module(ENGINE_MODULE)
+    Engine = engine_mod.Engine
+    parallel_pir, init_comm = Engine._parallel_pir, Engine._init_comm
+    remove_pass = engine_mod.remove_unuseful_comm_op_pass
     load_gloo_ops()  # build now, not in the middle of the first step
 
     def _parallel_pir(self, mode):
@@ -465,9 +502,33 @@ def _collectives_apply():
             lower_engine_collectives(self, mode)
         return result
 
-    _parallel_pir.__wrapped__ = parallel_pir
+    def _init_comm(self):
+        if getattr(self, "_nranks", 1) <= 1 or not getattr(self, "_in_pir_mode", False):
+            return init_comm(self)
+        from paddle.distributed.auto_parallel.static.process_group import get_all_process_groups
+
+        made = create_communicators()
+        for group in get_all_process_groups():
+            group._is_instantiate = True
+        logger.info("rank %d: gloo communicators %s", paddle.distributed.get_rank(), made)
+
+    def remove_unuseful_comm_op_pass(program):
+        # every program the Engine runs passes here (dense main twice, startup once): collectives
+        # other than send/recv move to the gloo ops now; send/recv stay visible to the
+        # pipeline pass and are rewritten in its job programs afterwards
+        remove_pass(program)
+        if paddle.distributed.get_world_size() > 1:
+            lower_collectives(program, paddle.distributed.get_rank(), names=NOT_P2P)
+
+    for f, original in ((_parallel_pir, parallel_pir), (_init_comm, init_comm),
+                        (remove_unuseful_comm_op_pass, remove_pass)):
+        f.__wrapped__ = original
     Engine._parallel_pir = _parallel_pir
-    return [(Engine, "_parallel_pir", parallel_pir)]
+    Engine._init_comm = _init_comm
+    engine_mod.remove_unuseful_comm_op_pass = remove_unuseful_comm_op_pass
+    return [(Engine, "_parallel_pir", parallel_pir), (Engine, "_init_comm", init_comm),
+            (engine_mod, "remove_unuseful_comm_op_pass", remove_pass)]
+
 
 # ------------------------------------------------------------------------ pipeline_pass
 def _pipeline_pass(dense_main_program, dense_startup_program, pipeline_strategy):

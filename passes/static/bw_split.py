@@ -102,7 +102,8 @@ def classify_backward(program) -> BackwardSplit:
     w: set = set()
     for i in reversed(backward):
         op = ops[i]
-        if op.name() in COMM_OPS or op.num_results() == 0 or op.num_regions():
+        if op.name() in COMM_OPS or op.name().startswith("custom_op.pe_gloo") or op.num_results() == 0 \
+                or op.num_regions():
             continue
         if _is_grad_merge(op):
             w.add(i)

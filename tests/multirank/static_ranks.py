@@ -108,11 +108,11 @@ def _build(cfg):
             return meshes[meshes_of[-1]], [R, R]
         i, kind = name[1:].split(".")
         mesh = meshes[meshes_of[int(i)]]
-        if kind in ("w", "q", "k", "v", "up"):
-            return mesh, col(name)
-        if kind in ("o", "down"):
+        if kind in ("q", "k", "v", "up") or (kind == "w" and int(i) % 2 == 0):
+            return mesh, col(name)  # Megatron pairs: column-parallel, then row-parallel
+        if kind in ("o", "down", "w"):
             return mesh, row(name)
-        if kind == "b":
+        if kind == "b" and int(i) % 2 == 0:
             return mesh, [R, S(0)] if tp > 1 else [R, R]
         return mesh, [R, R]
 
@@ -211,3 +211,15 @@ def train_losses(cfg):
     plan = dm._engine._job_plan
     jobs = [] if plan is None else [(j.type(), j.micro_batch_id()) for j in plan.job_list()]
     return {"losses": losses, "jobs": jobs}
+
+
+def train_many(cfgs):
+    """:func:`train_losses` for several configs in one process (one Engine after another);
+    a config that raises records ``{"error": ...}`` and the rest still run."""
+    out = []
+    for cfg in cfgs:
+        try:
+            out.append(train_losses(cfg))
+        except Exception as exc:  # noqa: BLE001 - the failure is the measurement
+            out.append({"error": f"{type(exc).__name__}: {exc}"[:2000]})
+    return out
