@@ -6,7 +6,8 @@ Prints one row per schedule: generate, validate (static checks), simulate (which
 static checks), and optionally add_send_recv + simulating the lowered schedule. Each figure is the
 best of ``--repeat`` runs (wall time; "(cpu)" is this process's CPU time for generate + simulate). The target is under a second for generate + simulate at
 p = 64, m = 512. A calibration line (a fixed pure-Python loop) shows how fast this machine is
-right now, since other processes can slow every figure down. Pure Python; no Paddle import.
+right now, since other processes can slow every figure down (the development VM idles at about
+330 us; it read 1500 us under a load average of 10). Pure Python; no Paddle import.
 """
 import argparse
 import time
@@ -28,7 +29,7 @@ def timed(fn, *args, repeat: int = 1, **kwargs):
 
 
 def calibration_us() -> tuple:
-    """Best (wall, CPU) time of sum(range(10**4)) in microseconds; about 80-100 on an idle 3 GHz core."""
+    """Best (wall, CPU) time of sum(range(10**4)) in microseconds: how fast this machine is now."""
     _, wall, cpu = timed(lambda: [sum(range(10000)) for _ in range(100)], repeat=5)
     return wall / 100 * 1e6, cpu / 100 * 1e6
 
@@ -43,8 +44,8 @@ def main() -> None:
     p, m, rep = args.stages, args.microbatches, args.repeat
     print(f"p={p} ranks, m={m} microbatches, default chunks per schedule, best of {rep}")
     wall_us, cpu_us = calibration_us()
-    print(f"calibration: sum(range(10**4)) takes {wall_us:.0f} us wall, {cpu_us:.0f} us CPU here "
-          "(about 80-100 us on an idle core)")
+    print(f"calibration: sum(range(10**4)) takes {wall_us:.0f} us wall, {cpu_us:.0f} us CPU "
+          "(compare between runs: a busy machine shows a higher figure)")
     header = (f"{'schedule':14s} {'v':>2s} {'actions':>8s} {'generate':>9s} {'validate':>9s} {'simulate':>9s} "
               f"{'gen+sim':>8s} {'(cpu)':>7s}")
     if args.lowering:
