@@ -8,8 +8,11 @@
 * :mod:`.lowering` -- ``add_send_recv``: SEND/RECV pairs, deadlock-free with blocking sends.
 * :mod:`.validate` / :mod:`.simulate` -- ``validate_schedule``, ``simulate_schedule``.
 * :mod:`.render` -- ASCII timeline, Chrome trace, matplotlib figure (imported lazily).
+* :mod:`.runtime` -- every schedule on Paddle's dygraph pipelining: ``get_schedule("ZBV")``.
+* :mod:`.static` -- the schedules as Paddle's static ``pipeline_scheduler_<NAME>`` passes.
 """
 from paddle_ext.passes.lowering import add_send_recv
+from paddle_ext.passes.runtime import get_schedule  # the Paddle-runtime classes by name (imports Paddle when called)
 from paddle_ext.passes.render import chrome_trace, draw_timeline, format_timeline, write_chrome_trace
 from paddle_ext.passes.schedule_ir import (COMM_KINDS, COMPUTE_KINDS, Action, Kind, Schedule, compute_only,
                                            dump_csv, format_grid, format_schedule, load_csv, parse_action,
@@ -22,7 +25,7 @@ from paddle_ext.passes.stage_placement import (loop_stage_to_rank, stage_to_rank
 from paddle_ext.passes.validate import ScheduleShape, validate_schedule
 
 __all__ = [
-    "Action", "Kind", "Schedule", "COMPUTE_KINDS", "COMM_KINDS", "parse_action", "compute_only", "format_grid",
+    "get_schedule", "Action", "Kind", "Schedule", "COMPUTE_KINDS", "COMM_KINDS", "parse_action", "compute_only", "format_grid",
     "format_schedule", "parse_schedule", "schedule_to_csv", "schedule_from_csv", "dump_csv", "load_csv",
     "SCHEDULES", "ScheduleInfo", "generate_schedule", "get_schedule_generator", "get_schedule_info",
     "schedule_names", "loop_stage_to_rank", "v_stage_to_rank", "stage_to_rank", "stages_on_rank",
