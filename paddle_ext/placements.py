@@ -246,6 +246,11 @@ class DistSpec:
         object.__setattr__(self, "mesh_shape", mesh_t)
         object.__setattr__(self, "placements", pls)
         self._check()
+        # specs key the rule caches: hash once, not on every lookup
+        object.__setattr__(self, "_hash", hash((shape_t, mesh_t, pls)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def _check(self) -> None:
         if len(self.placements) != len(self.mesh_shape):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import operator
 import inspect
 import typing
 from dataclasses import dataclass
@@ -218,15 +219,12 @@ class SpmdRule:
         """
         key = ikey = None
         try:
-            items = []
-            for k, v in (attrs.items() if attrs else ()):
-                cls = v.__class__
-                items.append((k, cls, tuple(v) if cls is list else v))
-            items = tuple(items)
+            items = tuple([(k, v.__class__, tuple(v) if v.__class__ is list else v)
+                           for k, v in attrs.items()]) if attrs else ()
             # identity first: a frozen spec object seen before (we hold it, so its id is not reused)
             ikey = (tuple(map(id, specs)), items)
             hit = self._by_id.get(ikey)
-            if hit is not None and all(a is b for a, b in zip(hit[0], specs)):
+            if hit is not None and all(map(operator.is_, hit[0], specs)):
                 return hit[1]
             key = (tuple(specs), items)
             res = self._front.get(key)
