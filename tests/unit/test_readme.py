@@ -34,3 +34,10 @@ def test_setup_maps_subpackages_without_new_top_level_names():
         assert top_level.read_text().split() == ["paddle_ext"]
     setup = (ROOT / "setup.py").read_text()
     assert '"paddle_ext.spmd_rules": "spmd_rules"' in setup and '"paddle_ext.passes": "passes"' in setup
+
+
+def test_test_module_basenames_are_unique():
+    # pytest's default import mode imports test modules by basename: two files with one name
+    # stop the whole collection
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
