@@ -32,74 +32,101 @@ def _value(t) -> float:
     return float(np.asarray(t.numpy()).reshape(-1)[0])
 
 
+class PipelineParallel:
+    """A GPT split into pipeline stages on this rank's part of the mesh, with its schedule and
+    optimizer; ``train_step`` runs one global batch and returns the global mean loss."""
+
+    def __init__(self, plan: Plan, mcfg, seed: int, lr: float, schedule: str, microbatches: int):
+        import paddle
+        import paddle.distributed as dist
+
+        from ..compat.pipelining import pipeline_stage_class
+        from ..passes.runtime import get_schedule, pipeline_group, split_model, stage_indices
+        from ..passes.schedules import get_schedule_info
+        from ..reshard import prepare_reshard_groups
+        from .train import _shard_model
+
+        if plan.zero_stage:
+            raise ValueError(f"plan {plan.name}: ZeRO with pipeline parallelism is not a demo plan; "
+                             f"use zeroK with dp/tp plans, or ppN with dpN/tpN")
+        self.plan, self.p = plan, plan.degree("pp")
+        v = get_schedule_info(schedule).default_chunks
+        n_stages = self.p * v
+        mesh = dist.ProcessMesh(np.arange(plan.world_size).reshape(plan.mesh_shape).tolist(),
+                                dim_names=list(plan.mesh_dims))
+        dist.auto_parallel.set_mesh(mesh)
+        group = pipeline_group(mesh, "pp")
+        prepare_reshard_groups(mesh)  # reshards inside a stage talk only within the stage's sub-mesh
+        rank = dist.get_rank()
+        pp_rank = int(np.argwhere(np.array(mesh.process_ids).reshape(mesh.shape) == rank)[0][0])
+        self.sub_plan = _sub_plan(plan)
+        self.sub_mesh = mesh.get_mesh_with_dim("pp", pp_rank) if self.sub_plan.degrees else None
+        self.model = build_model(mcfg, seed)
+        if self.sub_mesh is not None:
+            _shard_model(self.model, self.sub_plan, self.sub_mesh)
+        pieces = split_model(self.model.layers(), n_stages)
+        self.mine = stage_indices(schedule, pp_rank, self.p, v)
+        stages = [pipeline_stage_class()(pieces[i], i, n_stages, group=group) for i in self.mine]
+
+        def loss_fn(logits, targets):
+            return lm_loss(logits, targets) * (1.0 / microbatches)
+
+        self.schedule = get_schedule(schedule)(stages if len(stages) > 1 else stages[0], microbatches,
+                                               loss_fn=loss_fn)
+        self.params = [q for i in self.mine for q in pieces[i].parameters()]
+        opt = paddle.optimizer.AdamW(lr, parameters=self.params)
+        # data parallel inside a stage: parameter gradients come out P(sum) over dp
+        self.optimizer = dist.shard_optimizer(opt) if self.sub_mesh is not None else opt
+        self.first, self.last = 0 in self.mine, n_stages - 1 in self.mine
+
+    def _input(self, array):
+        import paddle
+        import paddle.distributed as dist
+
+        from .train import _placements
+
+        t = paddle.to_tensor(array)
+        if self.sub_mesh is None:
+            return t
+        return dist.shard_tensor(t, self.sub_mesh, _placements(self.sub_plan, dp=dist.Shard(0)))
+
+    def train_step(self, x, y) -> float:
+        import paddle
+        import paddle.distributed as dist
+
+        mb_losses = []
+        args = (self._input(x),) if self.first else ()
+        kwargs = {"target": self._input(y), "losses": mb_losses} if self.last else {}
+        self.schedule.step(*args, **kwargs)
+        self.optimizer.step()
+        self.optimizer.clear_grad()
+        total = paddle.to_tensor([sum(_value(t) for t in mb_losses) if self.last else 0.0], dtype="float32")
+        dist.all_reduce(total)  # every rank holding the last stage has the global loss
+        return float(total.numpy()[0]) / (self.plan.world_size // self.p)
+
+    def state_dict(self) -> dict:
+        """This rank's stages' parameters under the whole model's names (for dist.save_state_dict)."""
+        mine = {id(q) for q in self.params}
+        return {k: v for k, v in self.model.state_dict().items() if id(v) in mine}
+
+
 def train_pipeline_rank(cfg, mcfg, plan: Plan) -> dict:
     """One rank of a pipeline plan; returns what :func:`train.train_rank` returns."""
-    import paddle
     import paddle.distributed as dist
 
-    from ..passes.runtime import get_schedule, pipeline_group, split_model, stage_indices
-    from ..reshard import prepare_reshard_groups
-    from ..compat.pipelining import pipeline_stage_class
-    from ..passes.schedules import get_schedule_info
     from .comm_stats import count_collectives
-    from .train import _peak_memory_bytes, _placements, _report, _shard_model
+    from .train import _peak_memory_bytes, _report
 
-    if plan.zero_stage:
-        raise ValueError(f"plan {plan.name}: ZeRO with pipeline parallelism is not a demo plan; "
-                         f"use zeroK with dp/tp plans, or ppN with dpN/tpN")
-    p = plan.degree("pp")
-    info = get_schedule_info(cfg.schedule)
-    v = info.default_chunks
-    n_stages = p * v
-    mesh = dist.ProcessMesh(np.arange(plan.world_size).reshape(plan.mesh_shape).tolist(),
-                            dim_names=list(plan.mesh_dims))
-    dist.auto_parallel.set_mesh(mesh)
-    group = pipeline_group(mesh, "pp")
-    prepare_reshard_groups(mesh)  # reshards inside a stage talk only within the stage's sub-mesh
+    parallel = PipelineParallel(plan, mcfg, cfg.seed, cfg.lr, cfg.schedule, cfg.microbatches)
     rank = dist.get_rank()
-    coord = np.argwhere(np.array(mesh.process_ids).reshape(mesh.shape) == rank)[0]
-    pp_rank = int(coord[0])
-    sub_plan = _sub_plan(plan)
-    model = build_model(mcfg, cfg.seed)
-    if sub_plan.degrees:
-        sub_mesh = mesh.get_mesh_with_dim("pp", pp_rank)
-        _shard_model(model, sub_plan, sub_mesh)
-    pieces = split_model(model.layers(), n_stages)
-    mine = stage_indices(cfg.schedule, pp_rank, p, v)
-    stage_cls = pipeline_stage_class()
-    stages = [stage_cls(pieces[i], i, n_stages, group=group) for i in mine]
-    m = cfg.microbatches
-
-    def loss_fn(logits, targets):
-        return lm_loss(logits, targets) * (1.0 / m)
-
-    schedule = get_schedule(cfg.schedule)(stages if len(stages) > 1 else stages[0], m, loss_fn=loss_fn)
-    params = [q for i in mine for q in pieces[i].parameters()]
-    opt = paddle.optimizer.AdamW(cfg.lr, parameters=params)
-    first, last = 0 in mine, n_stages - 1 in mine
     losses = []
     start = time.perf_counter()
-
-    def as_input(array):
-        t = paddle.to_tensor(array)
-        if sub_plan.degrees:
-            return dist.shard_tensor(t, sub_mesh, _placements(sub_plan))
-        return t
-
     with count_collectives() as stats:
         for step, (x, y) in enumerate(make_batches(cfg.steps, cfg.batch, mcfg.seq_len, mcfg.vocab, cfg.seed)):
-            mb_losses = []
-            args = (as_input(x),) if first else ()
-            kwargs = {"target": as_input(y), "losses": mb_losses} if last else {}
-            schedule.step(*args, **kwargs)
-            opt.step()
-            opt.clear_grad()
-            total = paddle.to_tensor([sum(_value(t) for t in mb_losses) if last else 0.0], dtype="float32")
-            dist.all_reduce(total)  # every rank holding the last stage has the global loss
-            value = float(total.numpy()[0]) / (plan.world_size // p)
+            value = parallel.train_step(x, y)
             losses.append(value)
             if rank == 0:
                 _report(cfg.progress_file, {"step": step, "loss": value, "elapsed": time.perf_counter() - start})
     return {"rank": rank, "losses": losses, "peak_memory": _peak_memory_bytes(),
             "collectives": {k: dict(val) for k, val in stats.items()},
-            "stages": list(mine), "schedule": cfg.schedule}
+            "stages": list(parallel.mine), "schedule": cfg.schedule}

@@ -3,9 +3,11 @@ import os
 
 import numpy as np
 
+from paddle_ext.checkpoint import optimizer_state
 from paddle_ext.demo.data import make_batches
 from paddle_ext.demo.model import GPTConfig
 from paddle_ext.demo.plans import parse_plan
+from paddle_ext.demo.pipeline import PipelineParallel
 from paddle_ext.demo.train import setup_parallel
 
 CFG = GPTConfig()
@@ -21,9 +23,28 @@ def _full(tensor):
     return np.array(tensor.numpy(), copy=True)
 
 
+def _setup(plan_name, seed):
+    """The demo's layout for ``plan_name``: pipeline plans hold only their stages' parameters."""
+    plan = parse_plan(plan_name)
+    if plan.degree("pp") > 1:
+        return PipelineParallel(plan, CFG, seed, LR, "1F1B", microbatches=4)
+    return setup_parallel(plan, CFG, seed=seed, lr=LR)
+
+
+def _model_state(parallel):
+    """The parameters this rank holds, under the whole model's names."""
+    return parallel.state_dict() if hasattr(parallel, "state_dict") else parallel.model.state_dict()
+
+
+def _opt_state(parallel):
+    """The optimizer's state under the model's own names, so every plan writes the same keys."""
+    return optimizer_state(_model_state(parallel), parallel.optimizer.state_dict())
+
+
 def _full_state(parallel):
-    model = {k: _full(v) for k, v in parallel.model.state_dict().items()}
-    opt = {k: _full(v) for k, v in parallel.optimizer.state_dict().items() if hasattr(v, "is_dist")}
+    """This rank's parameters and optimizer states as whole (logical) numpy arrays."""
+    model = {k: _full(v) for k, v in _model_state(parallel).items()}
+    opt = {k: _full(v) for k, v in _opt_state(parallel).items() if hasattr(v, "is_dist")}
     return model, opt
 
 
@@ -31,28 +52,28 @@ def train_save_continue(plan_name, steps_before, steps_after, path):
     """Train, save model and optimizer with dist.save_state_dict, then keep training."""
     import paddle.distributed as dist
 
-    parallel = setup_parallel(parse_plan(plan_name), CFG, seed=0, lr=LR)
+    parallel = _setup(plan_name, seed=0)
     batches = make_batches(steps_before + steps_after, 8, CFG.seq_len, CFG.vocab, seed=0)
     before = [parallel.train_step(x, y) for x, y in batches[:steps_before]]
-    dist.save_state_dict(parallel.model.state_dict(), os.path.join(path, "model"))
-    dist.save_state_dict(parallel.optimizer.state_dict(), os.path.join(path, "opt"))
+    dist.save_state_dict(_model_state(parallel), os.path.join(path, "model"))
+    dist.save_state_dict(_opt_state(parallel), os.path.join(path, "opt"))
     saved = _full_state(parallel)
     after = [parallel.train_step(x, y) for x, y in batches[steps_before:]]
-    return {"before": before, "after": after, "state": saved if dist.get_rank() == 0 else None}
+    return {"before": before, "after": after, "state": saved}
 
 
 def load_continue(plan_name, steps_before, steps_after, path):
     """Build a differently initialised model under another plan, load, compare, keep training."""
     import paddle.distributed as dist
 
-    parallel = setup_parallel(parse_plan(plan_name), CFG, seed=99, lr=LR)
+    parallel = _setup(plan_name, seed=99)
     batches = make_batches(steps_before + steps_after, 8, CFG.seq_len, CFG.vocab, seed=0)
     parallel.train_step(*batches[0])  # creates the optimizer's accumulators; the load overwrites them
-    dist.load_state_dict(parallel.model.state_dict(), os.path.join(path, "model"))
-    dist.load_state_dict(parallel.optimizer.state_dict(), os.path.join(path, "opt"))
+    dist.load_state_dict(_model_state(parallel), os.path.join(path, "model"))
+    dist.load_state_dict(_opt_state(parallel), os.path.join(path, "opt"))
     loaded = _full_state(parallel)
     after = [parallel.train_step(x, y) for x, y in batches[steps_before:]]
-    return {"after": after, "state": loaded if dist.get_rank() == 0 else None}
+    return {"after": after, "state": loaded}
 
 
 def load_without_cpu_fix(plan_name, path):
@@ -62,7 +83,7 @@ def load_without_cpu_fix(plan_name, path):
     from paddle_ext.compat import FIXES
 
     FIXES["checkpoint-cpu-load"].revert()
-    parallel = setup_parallel(parse_plan(plan_name), CFG, seed=99, lr=LR)
+    parallel = _setup(plan_name, seed=99)
     try:
         dist.load_state_dict(parallel.model.state_dict(), os.path.join(path, "model"))
     except Exception as exc:  # noqa: BLE001 - the failure is the measurement
