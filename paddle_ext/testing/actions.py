@@ -13,6 +13,11 @@ import os
 ACTION_FILE_ENV = "PADDLE_EXT_ACTION_FILE"
 
 
+def recording() -> bool:
+    """True when a harness reads the breadcrumbs (skip building costly notes otherwise)."""
+    return bool(os.environ.get(ACTION_FILE_ENV))
+
+
 def record_action(text: str) -> None:
     """Note what this rank is about to do (overwrites the previous note; cheap)."""
     path = os.environ.get(ACTION_FILE_ENV)

@@ -38,6 +38,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from paddle_ext.errors import ScheduleError
 from paddle_ext.passes.schedule_ir import Action, Kind, format_grid
+from paddle_ext.testing.actions import record_action, recording
 
 from .p2p import ensure_pair_groups
 from .split_backward import get_split_strategy
@@ -237,8 +238,13 @@ class PipelineScheduleRuntime:
         if self.profile:
             pl.reset_host_memory_peak()
             mem0 = pl.host_memory()[0]
+        crumbs = recording()
         for step_index, action in enumerate(self._actions):
             t0 = time.perf_counter() if self.profile else 0.0
+            if crumbs:  # under the test harness: where this rank is, if it never comes back
+                record_action(f"{self.info.name}: pipeline rank {self.pp_rank} at step {step_index} running "
+                              f"{action}\n" + format_grid({self.pp_rank: self._actions},
+                                                          marks={self.pp_rank: step_index}, window=4))
             try:
                 self._run(action, arg_mbs, kwarg_mbs, target_mbs, return_output)
             except Exception as exc:  # noqa: BLE001 - name the action, keep the cause

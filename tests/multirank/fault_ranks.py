@@ -27,3 +27,36 @@ def _step_loop(steps, fault_rank, fault_step, fault):
 
 def fault_in_step(steps, fault_rank, fault_step, fault):
     return _step_loop(steps, fault_rank, fault_step, fault)
+
+
+def pipeline_with_hanging_stage(schedule_name, hang_rank, hang_call):
+    """A 2-stage MLP pipeline whose stage on ``hang_rank`` hangs in its ``hang_call``-th forward."""
+    import paddle
+    import paddle.distributed as dist
+    import paddle.nn as nn
+    import paddle.nn.functional as F
+
+    from paddle_ext.passes.runtime import build_stages, get_schedule, split_model
+
+    class Sleepy(nn.Layer):
+        calls = 0
+
+        def forward(self, x):
+            Sleepy.calls += 1
+            if dist.get_rank() == hang_rank and Sleepy.calls == hang_call:
+                time.sleep(3600)
+            return x
+
+    mesh = dist.ProcessMesh([0, 1], dim_names=["pp"])
+    dist.auto_parallel.set_mesh(mesh)
+    paddle.seed(0)
+    layers = [nn.Linear(8, 8), Sleepy(), nn.Linear(8, 8), Sleepy()]
+    rank = dist.get_rank()
+    stages = build_stages(split_model(layers, 2), schedule_name, rank, 2)
+    sched = get_schedule(schedule_name)(stages[0], n_microbatches=4, loss_fn=F.mse_loss)
+    x, y = paddle.randn([8, 8]), paddle.randn([8, 8])
+    if rank == 0:
+        sched.step(x)
+    else:
+        sched.step(target=y, losses=[])
+    return rank

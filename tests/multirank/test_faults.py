@@ -25,3 +25,17 @@ def test_fault_mid_step_names_rank_and_action(fault, kind, timeout, tmp_path):
     if fault == "raise":
         assert "RuntimeError: injected fault on rank 1 at step 2" in msg
     assert elapsed < timeout + 30, f"took {elapsed:.0f} s"
+
+
+def test_hang_in_a_pipeline_names_the_action_with_the_grid(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(HarnessError) as info:
+        run_ranks(fr.pipeline_with_hanging_stage, nproc=2, args=("1F1B", 1, 2), timeout=25,
+                  log_dir=tmp_path / "log")
+    msg = str(info.value)
+    assert "rank 1 timeout" in msg and "rank 0 timeout" in msg, msg
+    # rank 1 hangs inside its second forward; rank 0 waits in a pipeline message for it
+    assert "1F1B: pipeline rank 1 at step" in msg and "running 1F1" in msg, msg
+    assert "1F1B: pipeline rank 0 at step" in msg and ("RECV_B" in msg or "SEND_F" in msg), msg
+    assert ">" in msg and "<" in msg  # the rank-by-step grid marks the stuck action
+    assert time.monotonic() - start < 25 + 30
