@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 import re
 from dataclasses import dataclass
 from typing import Iterator, Sequence, Union
@@ -235,9 +236,15 @@ class DistSpec:
     def __init__(self, shape: Sequence[int], mesh_shape: Sequence[int],
                  placements: str | Sequence) -> None:
         try:
-            shape_t = tuple(int(s) for s in shape)
-        except (TypeError, ValueError):
+            sizes = tuple(shape)
+        except TypeError:
             raise PlacementError(f"tensor shape must be a sequence of ints, got {shape!r}") from None
+        for s in sizes:
+            if isinstance(s, bool) or not hasattr(type(s), "__index__"):
+                raise PlacementError(
+                    f"tensor shape {list(sizes)} has size {s!r}; every tensor dim must be an int, "
+                    f"e.g. (4, 6)")
+        shape_t = tuple(operator.index(s) for s in sizes)
         if any(s < 0 for s in shape_t):
             raise PlacementError(f"tensor shape {list(shape_t)} has a negative size")
         mesh_t = check_mesh_shape(mesh_shape)

@@ -85,6 +85,8 @@ ROWS: tuple[Row, ...] = (
         "tensor shape [-1, 3] has a negative size"),
     Row("spec-coord-outside", "specs", 'DistSpec((4,), (2,), "[S(0)]").local_shape((2,))', "PlacementError",
         "mesh coordinate [2] is outside the mesh [2]"),
+    Row("spec-float-size", "specs", 'DistSpec((4.5,), (2,), "[R]")', "PlacementError",
+        "tensor shape [4.5] has size 4.5; every tensor dim must be an int, e.g. (4, 6)"),
     # -- notations ---------------------------------------------------------------------------
     Row("notation-no-arrow", "notations", 'parse_notation("mk,kn")', "ShardingRuleError",
         "notation 'mk,kn': found 0 arrows; write exactly one '->' between inputs and outputs"),
@@ -426,10 +428,6 @@ ROWS: tuple[Row, ...] = (
         "paddle-ext: error: argument COMMAND: invalid choice: 'bogus'"),
 
     # == known poor errors (xfail strict until fixed) ========================================
-    Row("poor-spec-float-size", "specs", 'DistSpec((4.5,), (2,), "[R]")', "PlacementError", "",
-        poor="paddle_ext/placements.py DistSpec.__init__: reject non-int sizes (as check_mesh_shape does) "
-             "instead of int(s)",
-        current="no error: the size is truncated to 4"),
     Row("poor-transpose-perm", "rules", 'infer_forward("transpose", [DistSpec((4, 6), (2,), "[S(0)]")], {"perm": [0]})',
         "ShardingRuleError", "",
         poor="spmd_rules/shape.py transpose: check that sorted(perm) == list(range(x.ndim)) and name the perm",
