@@ -72,6 +72,10 @@ def from_paddle_placements(placements: Sequence, mesh_ndim: int | None = None) -
         if isinstance(p, (Replicate, Shard, Partial)):
             out.append(p)
             continue
+        if not all(hasattr(p, m) for m in ("is_replicated", "is_shard", "is_partial")):
+            raise ConversionError(
+                f"{p!r} on mesh dim {i} is not a Paddle placement; use paddle.distributed.Replicate(), "
+                f"Shard(dim) or Partial() (or paddle-ext placements: parse_placements('[S(0),R]'))")
         if p.is_replicated():
             out.append(Replicate())
         elif p.is_shard():
@@ -122,7 +126,15 @@ def _shard_fields(p) -> tuple[int, int, int]:
 def mesh_shape(mesh) -> tuple[int, ...]:
     """Shape of a ``ProcessMesh`` (or a plain sequence) as a tuple."""
     shape = getattr(mesh, "shape", mesh)
-    return tuple(int(s) for s in shape)
+    try:
+        sizes = None if isinstance(shape, (str, bytes)) else tuple(shape)
+    except TypeError:
+        sizes = None
+    if sizes is None or any(isinstance(s, bool) or not hasattr(type(s), "__index__") for s in sizes):
+        raise ConversionError(
+            f"mesh must be a paddle.distributed.ProcessMesh or a mesh shape (a sequence of ints such as "
+            f"(2, 2)), got {type(mesh).__name__} {mesh!r}")
+    return tuple(int(s) for s in sizes)
 
 
 def to_dist_attr(mesh, placements: str | Sequence, ndim: int):

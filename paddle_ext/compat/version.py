@@ -31,6 +31,10 @@ def version_status(version: str | None) -> tuple[bool, str]:
     if version is None:
         return False, ("Paddle is not installed; install a 3.x build, e.g. "
                        "`pip install paddle-ext[cpu]` (paddlepaddle==3.3.1) or a GPU build from Paddle's index")
+    if not isinstance(version, str):
+        raise CompatError(
+            f"version_status takes a Paddle version string such as '3.3.1' (paddle.__version__) or None, "
+            f"got {type(version).__name__} {version!r}; pass the version as a string")
     parts = version.split(".")
     key = ".".join(parts[:2])
     if version.startswith("0.0.0"):  # develop builds

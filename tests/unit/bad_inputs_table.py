@@ -344,6 +344,18 @@ ROWS: tuple[Row, ...] = (
         'import paddle.distributed as dist\nfrom paddle_ext.compat import from_paddle_placements\n'
         'from_paddle_placements([dist.Shard(0), dist.Replicate()], mesh_ndim=1)', "ConversionError",
         "[S(0),R] has 2 placements for a mesh of 1 dims; give at most one placement per mesh dim"),
+    Row("compat-version-type", "compat", 'from paddle_ext.compat import version_status\nversion_status(3.3)',
+        "CompatError",
+        "version_status takes a Paddle version string such as '3.3.1' (paddle.__version__) or None, got "
+        "float 3.3; pass the version as a string"),
+    Row("compat-from-paddle-str", "compat",
+        'from paddle_ext.compat import from_paddle_placements\nfrom_paddle_placements(["x"])', "ConversionError",
+        "'x' on mesh dim 0 is not a Paddle placement; use paddle.distributed.Replicate(), Shard(dim) or "
+        "Partial()"),
+    Row("compat-dist-attr-mesh", "compat",
+        'from paddle_ext.compat import to_dist_attr\nto_dist_attr("mesh", "[R]", 2)', "ConversionError",
+        "mesh must be a paddle.distributed.ProcessMesh or a mesh shape (a sequence of ints such as "
+        "(2, 2)), got str 'mesh'"),
     # -- dispatch and harness ----------------------------------------------------------------
     Row("dispatch-op-name", "dispatch", 'import paddle_ext.dispatch as pd\npd.spmd_op(42)', "ShardingRuleError",
         "spmd_op takes an op name string, got 42"),
@@ -485,19 +497,6 @@ ROWS: tuple[Row, ...] = (
     Row("poor-stages-on-rank", "schedules", 'stages_on_rank(5, 2, 1, "loop")', "ScheduleError", "",
         poor="passes/stage_placement.py stages_on_rank: check 0 <= rank < n_ranks (as runtime's _check_rank does)",
         current="no error: returns (5,)"),
-    Row("poor-version-type", "compat", 'from paddle_ext.compat import version_status\nversion_status(3.3)',
-        "CompatError", "",
-        poor="paddle_ext/compat/version.py version_status: accept only str (or None) and name the type",
-        current="AttributeError: 'float' object has no attribute 'split'"),
-    Row("poor-from-paddle-str", "compat",
-        'from paddle_ext.compat import from_paddle_placements\nfrom_paddle_placements(["x"])', "ConversionError", "",
-        poor="paddle_ext/compat/convert.py from_paddle_placements: test hasattr(p, 'is_replicated') before "
-             "calling it, so the existing 'is not a Paddle placement' branch is reached",
-        current="AttributeError: 'str' object has no attribute 'is_replicated'"),
-    Row("poor-dist-attr-mesh", "compat", 'from paddle_ext.compat import to_dist_attr\nto_dist_attr("mesh", "[R]", 2)',
-        "ConversionError", "",
-        poor="paddle_ext/compat/convert.py mesh_shape/to_dist_attr: require a ProcessMesh or a sequence of ints",
-        current="ValueError: invalid literal for int() with base 10: 'm'"),
     Row("poor-cli-mesh", "CLI",
         'paddle-ext rules explain matmul --shape 4x8,8x6 --placements "[S(1)] [R]" --mesh 2xq', "exit 2",
         "paddle-ext rules: error:",
