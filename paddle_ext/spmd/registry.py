@@ -201,9 +201,12 @@ class SpmdRule:
                 raise ShardingRuleError(f"{self.op} (rule {self.doc_notation!r}): attribute {p.name!r} is "
                                         f"required; pass it in attrs")
         if attrs:
-            close = difflib.get_close_matches(next(iter(attrs)), [p.name for p in self.params])
+            names = [p.name for p in self.params if p.kind == "attr"]
+            close = difflib.get_close_matches(next(iter(attrs)), names)
+            known = (f" The attributes of {self.op} are {names}" if names
+                     else f" {self.op} takes no attributes; drop them")
             raise ShardingRuleError(f"{self.op}: unknown attribute(s) {sorted(attrs)}"
-                                    + (f"; did you mean {close[0]!r}?" if close else ""))
+                                    + (f"; did you mean {close[0]!r}?" if close else ";") + known)
         return tuple(targs), tuple(avals)
 
     def plan(self, targs: tuple, avals: tuple):
@@ -344,6 +347,12 @@ class Registry:
 
     def get(self, op: str, source: str = "auto"):
         """paddle-ext's rule for ``op``; else Paddle's C++ rule (``source="auto"``)."""
+        if not isinstance(op, str):
+            raise ShardingRuleError(f"an SPMD rule is looked up by its op name string (e.g. 'matmul'), "
+                                    f"got {type(op).__name__} {op!r}")
+        if source not in _SOURCES:
+            raise ShardingRuleError(f"unknown source {source!r} for the SPMD rule {op!r}; use one of "
+                                    f"{', '.join(_SOURCES)} ('auto': paddle-ext's rule, else Paddle's C++ rule)")
         if source in ("auto", "ext") and op in self.rules:
             return self.rules[op]
         if source in ("auto", "paddle"):
@@ -365,6 +374,8 @@ class Registry:
         self.rules.update(rules or {})
         return old
 
+
+_SOURCES = ("auto", "ext", "paddle")
 
 REGISTRY = Registry()
 

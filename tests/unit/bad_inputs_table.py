@@ -142,7 +142,9 @@ ROWS: tuple[Row, ...] = (
         "must be bool, got int 1; pass a bool (PHI kernel order: tensors first, then attributes)"),
     Row("rule-attr-unknown", "rules",
         'infer_forward("matmul", [DistSpec((4, 8), (2,), "[R]"), DistSpec((8, 6), (2,), "[R]")], {"transx": True})',
-        "ShardingRuleError", "matmul: unknown attribute(s) ['transx']; did you mean 'trans_x'?"),
+        "ShardingRuleError",
+        "matmul: unknown attribute(s) ['transx']; did you mean 'trans_x'? The attributes of matmul are "
+        "['trans_x', 'trans_y']"),
     Row("rule-reshape-size", "rules",
         'infer_forward("reshape", [DistSpec((4, 6), (2,), "[S(0)]")], {"shape": [7, 3]})', "ShardingRuleError",
         "reshape: target shape [7, 3] (resolved [7, 3]) does not hold the 24 elements of shape [4, 6]; "
@@ -183,6 +185,10 @@ ROWS: tuple[Row, ...] = (
         "ShardingRuleError", "rule 'my_op' returned int; return a notation string, View, Rows or RuleResult"),
     Row("registry-empty-name", "registry", 'register_spmd_rule("")', "ShardingRuleError",
         "register_spmd_rule needs an op name string, got ''"),
+    Row("registry-name-type", "registry", "get_spmd_rule(None)", "ShardingRuleError",
+        "an SPMD rule is looked up by its op name string (e.g. 'matmul'), got NoneType None"),
+    Row("registry-unknown-source", "registry", 'get_spmd_rule("matmul", source="cpp")', "ShardingRuleError",
+        "unknown source 'cpp' for the SPMD rule 'matmul'; use one of auto, ext, paddle"),
     # -- reshard plans -----------------------------------------------------------------------
     Row("reshard-shape-change", "reshard plans",
         'plan_reshard(DistSpec((4, 6), (2,), "[S(0)]"), DistSpec((4, 7), (2,), "[R]"))', "ReshardPlanError",
@@ -455,14 +461,6 @@ ROWS: tuple[Row, ...] = (
         "ShardingRuleError", "",
         poor="paddle_ext/spmd/dimtrans.py tile_map: reject repeat_times < 1 naming tile and repeat_times",
         current="PlacementError: tensor shape [-4, 6] has a negative size (names neither tile nor repeat_times)"),
-    Row("poor-rule-name-type", "registry", "get_spmd_rule(None)", "ShardingRuleError", "",
-        poor="paddle_ext/spmd/registry.py Registry.get: check isinstance(op, str) first",
-        current="TypeError: 'NoneType' object is not iterable (from difflib)"),
-    Row("poor-rule-source", "registry", 'get_spmd_rule("matmul", source="cpp")', "ShardingRuleError",
-        "unknown source 'cpp'",
-        poor="paddle_ext/spmd/registry.py Registry.get: reject a source other than auto/ext/paddle",
-        current="ShardingRuleError: no SPMD rule named 'matmul' in paddle-ext or Paddle; close names: matmul, ... "
-                "(misleading: the rule exists)"),
     Row("poor-format-plan", "reshard plans", 'format_plan("abc")', "ReshardPlanError", "",
         poor="paddle_ext/reshard/planner.py format_plan: check the items are ReshardStep",
         current="AttributeError: 'str' object has no attribute 'src'"),
