@@ -28,6 +28,11 @@ def concat(x: list[DistSpec], axis: int = 0):
     for k, s in enumerate(x):
         if s.ndim != nd:
             raise ShardingRuleError(f"concat: input {k} has rank {s.ndim} but input 0 has rank {nd}")
+        bad = [d for d in range(nd) if d != a and s.shape[d] != x[0].shape[d]]
+        if bad:
+            raise ShardingRuleError(
+                f"concat along axis {a}: input {k} has shape {list(s.shape)} but input 0 has "
+                f"{list(x[0].shape)}; every dim except the concat axis must match (dim {bad[0]} differs)")
     shape = list(x[0].shape)
     shape[a] = sum(s.shape[a] for s in x)
     return Rows(_rows(len(x), 1, [(d, d) for d in range(nd) if d != a]), (tuple(shape),))

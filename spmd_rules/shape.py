@@ -1,6 +1,7 @@
 """Reshape-like ops on DimTrans maps (see ``paddle_ext.spmd.dimtrans``), and transpose."""
 from __future__ import annotations
 
+from paddle_ext.errors import ShardingRuleError
 from paddle_ext.placements import DistSpec
 from paddle_ext.spmd.dimtrans import (expand_map, flatten_map, resolve_shape, squeeze_map, tile_map,
                                       unsqueeze_map, view_groups)
@@ -50,5 +51,10 @@ def tile(x: DistSpec, repeat_times: list[int]):
 def transpose(x: DistSpec, perm: list[int]):
     """d0 d1 d2 -> d2 d0 d1   (perm=[2, 0, 1])"""
     names = dims(x.ndim)
-    order = [names[axis_of(p, x.ndim, "transpose")] for p in perm]
+    axes = [axis_of(p, x.ndim, "transpose") for p in perm]
+    if sorted(axes) != list(range(x.ndim)):
+        raise ShardingRuleError(
+            f"transpose: perm {list(perm)} is not a permutation of the {x.ndim} dims of a tensor of shape "
+            f"{list(x.shape)}; give each of 0..{x.ndim - 1} exactly once, e.g. {list(range(x.ndim))[::-1]}")
+    order = [names[a] for a in axes]
     return f"{' '.join(names)} -> {' '.join(order)}"

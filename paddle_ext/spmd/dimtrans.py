@@ -204,6 +204,11 @@ def expand_map(shape: Sequence[int], target: Sequence[int]) -> tuple:
 
 def tile_map(ndim: int, repeats: Sequence[int]) -> tuple:
     repeats = list(repeats)
+    bad = [r for r in repeats if isinstance(r, bool) or not hasattr(type(r), "__index__") or r < 0]
+    if bad:
+        raise ShardingRuleError(
+            f"tile: repeat_times {repeats} has {bad[0]!r}; every repeat count must be an int >= 0 "
+            f"(1 keeps a dim as it is)")
     new = len(repeats) - ndim
     lead = [NewDim(r) if r != 1 else Singleton() for r in repeats[:max(new, 0)]]
     body = repeats[max(new, 0):]

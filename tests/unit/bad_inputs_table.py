@@ -158,6 +158,21 @@ ROWS: tuple[Row, ...] = (
         "ShardingRuleError",
         "matmul: notation '... m k, ... k n -> ... m n' has 1 outputs but 0 output specs were given; "
         "pass one per output"),
+    Row("rule-transpose-perm", "rules",
+        'infer_forward("transpose", [DistSpec((4, 6), (2,), "[S(0)]")], {"perm": [0]})', "ShardingRuleError",
+        "transpose: perm [0] is not a permutation of the 2 dims of a tensor of shape [4, 6]; give each "
+        "of 0..1 exactly once, e.g. [1, 0]"),
+    Row("rule-concat-shapes", "rules",
+        'infer_forward("concat", [[DistSpec((4, 6), (2,), "[S(0)]"), DistSpec((4, 5), (2,), "[S(0)]")]], '
+        '{"axis": 0})',
+        "ShardingRuleError",
+        "concat along axis 0: input 1 has shape [4, 5] but input 0 has [4, 6]; every dim except the "
+        "concat axis must match (dim 1 differs)"),
+    Row("rule-tile-negative", "rules",
+        'infer_forward("tile", [DistSpec((4, 6), (2,), "[S(0)]")], {"repeat_times": [-1, 1]})',
+        "ShardingRuleError",
+        "tile: repeat_times [-1, 1] has -1; every repeat count must be an int >= 0 "
+        "(1 keeps a dim as it is)"),
     # -- registry ----------------------------------------------------------------------------
     Row("registry-unknown-op", "registry", 'get_spmd_rule("matmull")', "ShardingRuleError",
         "no SPMD rule named 'matmull' in paddle-ext or Paddle; close names: matmul; "
@@ -446,21 +461,6 @@ ROWS: tuple[Row, ...] = (
         "paddle-ext: error: argument COMMAND: invalid choice: 'bogus'"),
 
     # == known poor errors (xfail strict until fixed) ========================================
-    Row("poor-transpose-perm", "rules", 'infer_forward("transpose", [DistSpec((4, 6), (2,), "[S(0)]")], {"perm": [0]})',
-        "ShardingRuleError", "",
-        poor="spmd_rules/shape.py transpose: check that sorted(perm) == list(range(x.ndim)) and name the perm",
-        current="no error: output shape (4,) (perm [0, 0] gives (4, 4))"),
-    Row("poor-concat-shapes", "rules",
-        'infer_forward("concat", [[DistSpec((4, 6), (2,), "[S(0)]"), DistSpec((4, 5), (2,), "[S(0)]")]], '
-        '{"axis": 0})',
-        "ShardingRuleError", "",
-        poor="spmd_rules/concat_split.py concat: check every non-axis dim equals input 0's, naming both shapes",
-        current="no error: output shape (8, 6)"),
-    Row("poor-tile-negative", "rules",
-        'infer_forward("tile", [DistSpec((4, 6), (2,), "[S(0)]")], {"repeat_times": [-1, 1]})',
-        "ShardingRuleError", "",
-        poor="paddle_ext/spmd/dimtrans.py tile_map: reject repeat_times < 1 naming tile and repeat_times",
-        current="PlacementError: tensor shape [-4, 6] has a negative size (names neither tile nor repeat_times)"),
     Row("poor-format-plan", "reshard plans", 'format_plan("abc")', "ReshardPlanError", "",
         poor="paddle_ext/reshard/planner.py format_plan: check the items are ReshardStep",
         current="AttributeError: 'str' object has no attribute 'src'"),
