@@ -79,6 +79,9 @@ def format_plan(plan: Sequence[ReshardStep]) -> str:
 
     An empty plan (nothing to do) prints as ``(no-op)``.
     """
+    if isinstance(plan, (str, bytes)) or not all(isinstance(step, ReshardStep) for step in plan):
+        raise ReshardPlanError(f"format_plan takes the list of ReshardStep that plan_reshard returns, "
+                               f"got {plan!r}")
     if not plan:
         return "(no-op)"
     out = format_placements(plan[0].src)

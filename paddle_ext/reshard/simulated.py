@@ -174,6 +174,38 @@ def _reduce_in_order(parts, op):
     return acc
 
 
+def _check_local(local, src: DistSpec) -> None:
+    """Refuse ``local`` unless it holds one array of the right local shape per source coordinate.
+
+    Checked before any rank thread starts: inside a thread a missing coordinate or a wrong shape
+    surfaces as a timeout or as wrong data.
+    """
+    if not isinstance(src, DistSpec):
+        raise ReshardPlanError(f"source must be a DistSpec(shape, mesh_shape, placements), got {src!r}")
+    how = "give one array per source mesh coordinate, e.g. testing.simulate.shard_dense(x, src)"
+    if not isinstance(local, Mapping):
+        raise ReshardPlanError(f"local must map source mesh coordinates to arrays, got "
+                               f"{type(local).__name__}; {how}")
+    coords = list(src.coords())
+    if not local:
+        raise ReshardPlanError(f"local is empty, but the source {src} has {len(coords)} mesh "
+                               f"coordinates; {how}")
+    missing = [c for c in coords if c not in local]
+    if missing:
+        raise ReshardPlanError(f"no local array for source mesh coordinate {list(missing[0])} of {src} "
+                               f"({len(missing)} of {len(coords)} coordinates missing); {how}")
+    known = set(coords)
+    extra = [k for k in local if k not in known]
+    if extra:
+        raise ReshardPlanError(f"local has key {extra[0]!r}, which is not a mesh coordinate of the source "
+                               f"{src}; {how}")
+    for c in coords:
+        got, want = tuple(np.shape(local[c])), src.local_shape(c)
+        if got != want:
+            raise ReshardPlanError(f"the local array at source mesh coordinate {list(c)} has shape {list(got)}, "
+                                   f"but {src} puts a shard of shape {list(want)} there; {how}")
+
+
 def simulate_reshard(local: Mapping[tuple, np.ndarray], src: DistSpec, dst: DistSpec, *,
                      src_ranks: Sequence[int] | None = None, dst_ranks: Sequence[int] | None = None,
                      plan=None, stats: dict | None = None, timeout: float = 20.0,
@@ -185,6 +217,7 @@ def simulate_reshard(local: Mapping[tuple, np.ndarray], src: DistSpec, dst: Dist
     rank's received bytes. ``lockstep`` (default: when the simulated world is even) runs the
     exchanges as the gloo backend does and checks gloo's per-group message sequence numbers.
     """
+    _check_local(local, src)
     s_ranks = _ranks(src_ranks, src.mesh_shape, "source")
     d_ranks = _ranks(dst_ranks if dst_ranks is not None else
                      (s_ranks if src.mesh_shape == dst.mesh_shape else None), dst.mesh_shape, "destination")

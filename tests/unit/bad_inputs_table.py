@@ -243,6 +243,27 @@ ROWS: tuple[Row, ...] = (
         "ReshardPlanError",
         "reshard needs a DistTensor, got ndarray [2]; create one with paddle.distributed.shard_tensor(x, mesh, "
         "placements)"),
+    Row("reshard-format-plan-type", "reshard plans", 'format_plan("abc")', "ReshardPlanError",
+        "format_plan takes the list of ReshardStep that plan_reshard returns, got 'abc'"),
+    Row("simulate-local-empty", "reshard plans",
+        'simulate_reshard({}, DistSpec((4, 6), (2,), "[S(0)]"), DistSpec((4, 6), (2,), "[R]"))',
+        "ReshardPlanError",
+        "local is empty, but the source [4,6] on mesh 2 as [S(0)] has 2 mesh coordinates; give one "
+        "array per source mesh coordinate"),
+    Row("simulate-missing-coord", "reshard plans",
+        'x = np.zeros((4, 6))\n'
+        'simulate_reshard({(0,): x[:2]}, DistSpec((4, 6), (2,), "[S(0)]"), DistSpec((4, 6), (2,), "[R]"), '
+        'timeout=1)',
+        "ReshardPlanError",
+        "no local array for source mesh coordinate [1] of [4,6] on mesh 2 as [S(0)] (1 of 2 coordinates "
+        "missing)"),
+    Row("simulate-local-shape", "reshard plans",
+        'x = np.zeros((4, 6))\n'
+        'simulate_reshard({(0,): x[:2], (1,): x[:3]}, DistSpec((4, 6), (2,), "[S(0)]"), '
+        'DistSpec((4, 6), (2,), "[R]"))',
+        "ReshardPlanError",
+        "the local array at source mesh coordinate [1] has shape [3, 6], but [4,6] on mesh 2 as [S(0)] "
+        "puts a shard of shape [2, 6] there"),
     # -- schedules ---------------------------------------------------------------------------
     Row("schedule-unknown-name", "schedules", 'get_schedule_generator("ZB-H3")', "ScheduleError",
         "unknown schedule 'ZB-H3' (did you mean ZBH2, ZBH1?); known schedules: FThenB (alias GPipe), 1F1B,"),
@@ -461,32 +482,6 @@ ROWS: tuple[Row, ...] = (
         "paddle-ext: error: argument COMMAND: invalid choice: 'bogus'"),
 
     # == known poor errors (xfail strict until fixed) ========================================
-    Row("poor-format-plan", "reshard plans", 'format_plan("abc")', "ReshardPlanError", "",
-        poor="paddle_ext/reshard/planner.py format_plan: check the items are ReshardStep",
-        current="AttributeError: 'str' object has no attribute 'src'"),
-    Row("poor-simulate-empty", "reshard plans",
-        'simulate_reshard({}, DistSpec((4, 6), (2,), "[S(0)]"), DistSpec((4, 6), (2,), "[R]"))',
-        "ReshardPlanError", "",
-        poor="paddle_ext/reshard/simulated.py simulate_reshard: check local has one array per source coordinate "
-             "before planning",
-        current="StopIteration (bare, from next(iter(local.values())))"),
-    Row("poor-simulate-missing-coord", "reshard plans",
-        'x = np.zeros((4, 6))\n'
-        'simulate_reshard({(0,): x[:2]}, DistSpec((4, 6), (2,), "[S(0)]"), DistSpec((4, 6), (2,), "[R]"), '
-        'timeout=1)',
-        "ReshardPlanError", "no local array",
-        poor="paddle_ext/reshard/simulated.py simulate_reshard: check the coordinates up front (the KeyError "
-             "escapes the rank thread, outside its try)",
-        current="KeyError in a rank thread, then after the timeout SimulationError: simulated rank 0 failed "
-                "during ... BrokenBarrierError"),
-    Row("poor-simulate-local-shape", "reshard plans",
-        'x = np.zeros((4, 6))\n'
-        'simulate_reshard({(0,): x[:2], (1,): x[:3]}, DistSpec((4, 6), (2,), "[S(0)]"), '
-        'DistSpec((4, 6), (2,), "[R]"))',
-        "ReshardPlanError", "",
-        poor="paddle_ext/reshard/simulated.py simulate_reshard: check each local array's shape against "
-             "src.local_shape(coord)",
-        current="no error: returns 5-row arrays for a [4, 6] tensor"),
     Row("poor-simulate-latency", "schedules",
         'simulate_schedule(generate_schedule("1F1B", 2, 4), comm_latency=-1)', "ScheduleError", "",
         poor="passes/simulate.py simulate_schedule (and add_send_recv): reject comm_latency < 0; the CLI "
