@@ -40,7 +40,7 @@ from typing import List, Mapping, Optional, Sequence, Tuple, Union
 
 from paddle_ext.errors import ScheduleError
 from paddle_ext.passes.schedule_ir import Action, Kind, Schedule
-from paddle_ext.passes.simulate import Costs, _coerce_costs, run_simulation
+from paddle_ext.passes.simulate import Costs, _check_latency, _coerce_costs, run_simulation
 from paddle_ext.passes.validate import check_structure
 
 __all__ = ["add_send_recv"]
@@ -82,6 +82,7 @@ def add_send_recv(schedule: Mapping[int, Sequence[Optional[Action]]], costs: Uni
     if shape.lowered:
         raise ScheduleError("the schedule already has SEND/RECV actions; lower the compute-only schedule "
                             "(paddle_ext.passes.compute_only(schedule) strips them)")
+    _check_latency(comm_latency)
     if not blocking_sends:
         return _lower_next_to_compute(schedule, shape)
     costs = _coerce_costs(costs)

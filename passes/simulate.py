@@ -164,6 +164,18 @@ def _coerce_costs(costs) -> Costs:
     raise ScheduleError(f"costs must be a Costs or a dict of F/I/W/B, got {costs!r}")
 
 
+def _check_latency(comm_latency) -> float:
+    """``comm_latency`` as a float >= 0, or :class:`ScheduleError` naming it."""
+    try:
+        lat = float(comm_latency)
+    except (TypeError, ValueError):
+        lat = float("nan")
+    if isinstance(comm_latency, bool) or not lat >= 0 or lat == float("inf"):
+        raise ScheduleError(f"comm_latency={comm_latency!r} must be a number >= 0 (the time a message takes "
+                            f"from one rank to the next; 0 for free communication)")
+    return lat
+
+
 def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: float = 0.0,
                    activation_bytes: Union[float, Mapping[int, float]] = 1.0,
                    blocking_sends: bool = True) -> SimulationResult:
@@ -187,7 +199,7 @@ def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: f
     direct_next = [local or not lowered for local in local_next]
     cost_f, cost_b = float(costs.forward), float(costs.backward)
     cost_i, cost_w = float(costs.backward_input), float(costs.backward_weight)
-    lat = float(comm_latency)
+    lat = _check_latency(comm_latency)
     size = n_stages * n_mb
     f_end: List[Optional[float]] = [None] * size  # F(s, mb) finished (on its rank)
     g_end: List[Optional[float]] = [None] * size  # B or I(s, mb) finished: the input grad of s exists

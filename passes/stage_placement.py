@@ -27,6 +27,18 @@ __all__ = ["PLACEMENTS", "loop_stage_to_rank", "v_stage_to_rank", "stage_to_rank
 PLACEMENTS = ("loop", "v")
 
 
+def _is_int(value) -> bool:
+    return not isinstance(value, bool) and hasattr(type(value), "__index__")
+
+
+def _check_rank(rank, n_ranks) -> None:
+    """``0 <= rank < n_ranks`` (as the pipeline runtime checks), or :class:`ScheduleError`."""
+    if not _is_int(n_ranks) or n_ranks < 1:
+        raise ScheduleError(f"n_ranks must be an int >= 1, got {n_ranks!r}")
+    if not _is_int(rank) or not 0 <= rank < n_ranks:
+        raise ScheduleError(f"rank {rank!r} is not one of the {n_ranks} pipeline ranks 0..{n_ranks - 1}")
+
+
 def loop_stage_to_rank(stage: int, n_ranks: int) -> int:
     """Interleaved placement: stage ``s`` on rank ``s % n_ranks``."""
     return stage % n_ranks
@@ -51,6 +63,7 @@ def stage_to_rank(stage: int, n_ranks: int, placement: str = "loop") -> int:
 
 def stages_on_rank(rank: int, n_ranks: int, n_chunks: int, placement: str = "loop") -> Tuple[int, ...]:
     """The stages held by ``rank``, in chunk order (chunk 0 first)."""
+    _check_rank(rank, n_ranks)
     if placement == "v":
         if n_chunks != 2:
             raise ScheduleError(f"a V placement has exactly 2 chunks per rank, got {n_chunks}; "

@@ -335,6 +335,11 @@ ROWS: tuple[Row, ...] = (
         "(paddle_ext.passes.compute_only(schedule) strips them)"),
     Row("lower-zero-cost", "schedules", 'add_send_recv(generate_schedule("1F1B", 2, 2), costs={"F": 0})',
         "ScheduleError", "add_send_recv orders communication by simulated time and needs costs > 0, got Costs("),
+    Row("simulate-negative-latency", "schedules",
+        'simulate_schedule(generate_schedule("1F1B", 2, 4), comm_latency=-1)', "ScheduleError",
+        "comm_latency=-1 must be a number >= 0 (the time a message takes from one rank to the next"),
+    Row("stages-on-rank-range", "schedules", 'stages_on_rank(5, 2, 1, "loop")', "ScheduleError",
+        "rank 5 is not one of the 2 pipeline ranks 0..1"),
     # -- pipeline runtime --------------------------------------------------------------------
     Row("runtime-too-many-stages", "pipeline runtime",
         'import paddle\nfrom paddle_ext.passes.runtime import split_model\n'
@@ -482,14 +487,6 @@ ROWS: tuple[Row, ...] = (
         "paddle-ext: error: argument COMMAND: invalid choice: 'bogus'"),
 
     # == known poor errors (xfail strict until fixed) ========================================
-    Row("poor-simulate-latency", "schedules",
-        'simulate_schedule(generate_schedule("1F1B", 2, 4), comm_latency=-1)', "ScheduleError", "",
-        poor="passes/simulate.py simulate_schedule (and add_send_recv): reject comm_latency < 0; the CLI "
-             "--latency -1 then fails too",
-        current="no error: makespan 13 with a negative latency"),
-    Row("poor-stages-on-rank", "schedules", 'stages_on_rank(5, 2, 1, "loop")', "ScheduleError", "",
-        poor="passes/stage_placement.py stages_on_rank: check 0 <= rank < n_ranks (as runtime's _check_rank does)",
-        current="no error: returns (5,)"),
     Row("poor-cli-mesh", "CLI",
         'paddle-ext rules explain matmul --shape 4x8,8x6 --placements "[S(1)] [R]" --mesh 2xq', "exit 2",
         "paddle-ext rules: error:",
