@@ -119,7 +119,11 @@ def build_specs(shape_text: str, placement_text: str, mesh_text: str | None) -> 
     if len(shapes) != len(pls):
         raise ShardingRuleError(f"{len(shapes)} shapes but {len(pls)} placement lists; give one of each per tensor")
     if mesh_text:
-        mesh = tuple(int(x) for x in mesh_text.lower().split("x"))
+        try:
+            mesh = tuple(int(x) for x in mesh_text.lower().split("x"))
+        except ValueError:
+            raise ShardingRuleError(f"--mesh {mesh_text!r} is not a mesh shape like 2x2 (positive sizes "
+                                    f"joined by 'x', one per mesh dim)") from None
     else:
         mesh = (2,) * len(pls[0].strip("[]").split(","))
     return [DistSpec(s, mesh, p) for s, p in zip(shapes, pls)]
@@ -215,7 +219,16 @@ def _diff(args) -> int:
     from ..spmd.opcases import CASES
     from ..spmd.report import diff_markdown, diff_summary
 
-    ops = _ops(args, sorted(o for o, c in CASES.items() if c.paddle))
+    known = sorted(o for o, c in CASES.items() if c.paddle)
+    ops = _ops(args, known)
+    unknown = [op for op in ops if op not in known]
+    if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], known, n=5, cutoff=0.6)
+        hint = f" (close names: {', '.join(close)})" if close else ""
+        raise ShardingRuleError(f"rules diff knows no op {unknown[0]!r}{hint}; it compares the ops that have "
+                                f"both a paddle-ext and a Paddle rule: {', '.join(known)}")
     summary = diff_summary(ops, args.n, args.seed)
     if args.markdown:
         print(diff_markdown(summary, f"paddle-ext rules diff {'--all' if args.all else args.op} --n {args.n} "

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from ..errors import ScheduleError
 
@@ -104,19 +105,42 @@ def run(args) -> int:
     return 0
 
 
+TIMELINE_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def _check_targets(args) -> None:
+    """Refuse a bad --out suffix or a missing directory before any file is written."""
+    if args.out:
+        suffix = Path(args.out).suffix.lower()
+        if suffix not in TIMELINE_SUFFIXES:
+            raise ScheduleError(f"--out {args.out!r}: the timeline is drawn as {', '.join(TIMELINE_SUFFIXES)}, "
+                                f"not {suffix or 'a file without suffix'!r}; name the file e.g. timeline.png "
+                                f"(or use --trace FILE.json for a Chrome trace)")
+    for flag, target in (("--csv", args.csv), ("--trace", args.trace), ("--out", args.out)):
+        if target:
+            parent = Path(target).parent
+            if not parent.is_dir():
+                raise ScheduleError(f"{flag} {target!r}: the directory {str(parent)!r} does not exist; "
+                                    f"create it first or write the file elsewhere")
+
+
 def _write_files(args, schedule, result, info) -> None:
     from ..passes import draw_timeline, dump_csv, write_chrome_trace
 
-    if args.csv:
-        dump_csv(schedule, args.csv)
-        print(f"wrote {args.csv}", file=sys.stderr)
-    if args.trace:
-        write_chrome_trace(result, args.trace)
-        print(f"wrote {args.trace}", file=sys.stderr)
-    if args.out:
-        title = f"{info.name}, p={args.stages}, m={args.microbatches}"
-        draw_timeline(result, args.out, title=title)
-        print(f"wrote {args.out}", file=sys.stderr)
+    _check_targets(args)
+    try:
+        if args.csv:
+            dump_csv(schedule, args.csv)
+            print(f"wrote {args.csv}", file=sys.stderr)
+        if args.trace:
+            write_chrome_trace(result, args.trace)
+            print(f"wrote {args.trace}", file=sys.stderr)
+        if args.out:
+            title = f"{info.name}, p={args.stages}, m={args.microbatches}"
+            draw_timeline(result, args.out, title=title)
+            print(f"wrote {args.out}", file=sys.stderr)
+    except OSError as exc:
+        raise ScheduleError(f"cannot write {exc.filename or 'the output file'!r}: {exc.strerror or exc}") from None
 
 
 def _compare(args, costs) -> int:

@@ -485,27 +485,20 @@ ROWS: tuple[Row, ...] = (
         "paddle-ext reshard-matrix: error: argument --nproc: invalid choice: 3 (choose from 2, 4)"),
     Row("cli-unknown-command", "CLI", "paddle-ext bogus", "exit 2",
         "paddle-ext: error: argument COMMAND: invalid choice: 'bogus'"),
+    Row("cli-explain-mesh", "CLI",
+        'paddle-ext rules explain matmul --shape 4x8,8x6 --placements "[S(1)] [R]" --mesh 2xq', "exit 2",
+        "paddle-ext rules: error: --mesh '2xq' is not a mesh shape like 2x2"),
+    Row("cli-diff-unknown", "CLI", "paddle-ext rules diff nosuchop --n 3", "exit 2",
+        "paddle-ext rules: error: rules diff knows no op 'nosuchop'; it compares the ops that have both "
+        "a paddle-ext and a Paddle rule: abs, add,"),
+    Row("cli-schedule-out-format", "CLI", "paddle-ext schedule 1F1B -P 2 -M 4 --out x.bogus", "exit 2",
+        "paddle-ext schedule: error: --out 'x.bogus': the timeline is drawn as .png, .svg, .pdf, not "
+        "'.bogus'"),
+    Row("cli-schedule-csv-dir", "CLI", "paddle-ext schedule 1F1B -P 2 -M 4 --csv no_such_dir/x.csv", "exit 2",
+        "paddle-ext schedule: error: --csv 'no_such_dir/x.csv': the directory 'no_such_dir' does not "
+        "exist"),
 
     # == known poor errors (xfail strict until fixed) ========================================
-    Row("poor-cli-mesh", "CLI",
-        'paddle-ext rules explain matmul --shape 4x8,8x6 --placements "[S(1)] [R]" --mesh 2xq', "exit 2",
-        "paddle-ext rules: error:",
-        poor="paddle_ext/cli/rules.py build_specs: parse --mesh like --shape and raise ShardingRuleError "
-             "naming '2xq'",
-        current="exit 1 with a traceback: ValueError: invalid literal for int() with base 10: 'q'"),
-    Row("poor-cli-diff-unknown", "CLI", "paddle-ext rules diff nosuchop --n 3", "exit 2", "paddle-ext rules: error:",
-        poor="paddle_ext/cli/rules.py _diff: check the op against the known ops as `rules check` does",
-        current="exit 1 with a traceback: KeyError: 'nosuchop'"),
-    Row("poor-cli-out-format", "CLI", "paddle-ext schedule 1F1B -P 2 -M 4 --out x.bogus", "exit 2",
-        "paddle-ext schedule: error:",
-        poor="passes/render.py draw_timeline (or cli/schedule.py _write_files): check the suffix against "
-             "matplotlib's formats and raise ScheduleError",
-        current="exit 1 with a traceback: ValueError: Format 'bogus' is not supported"),
-    Row("poor-cli-csv-dir", "CLI", "paddle-ext schedule 1F1B -P 2 -M 4 --csv no_such_dir/x.csv", "exit 2",
-        "paddle-ext schedule: error:",
-        poor="paddle_ext/cli/schedule.py _write_files: turn OSError into an error line naming the file",
-        current="exit 1 with a traceback: FileNotFoundError: [Errno 2] No such file or directory: "
-                "'no_such_dir/x.csv'"),
 )
 
 GOOD = tuple(r for r in ROWS if not r.poor)
