@@ -286,6 +286,12 @@ def parse_notation(text: str, reduce: tuple = (), replicate: tuple = ()) -> Nota
             raise _fail(text, f"declared factor '{f}' appears in no input", "declare only factors of the notation")
     if ELLIPSIS in out_factors and ELLIPSIS not in in_factors:
         raise _fail(text, "an output has '...' but no input has", "add '...' to an input operand")
+    if ELLIPSIS in in_factors and ELLIPSIS not in out_factors:
+        # not a reduction (the batch dims would need one) and not replicated either: a sharded batch
+        # dim would leave each rank a partial result while the rule claimed a whole one
+        raise _fail(text, "'...' (the batch dims) appears in an input but in no output",
+                    "put '...' in an output, or name the batch dims as factors and declare them reductions "
+                    "(e.g. 'b a -> a | reduce: b')")
     for f in sorted(in_factors - out_factors - {ELLIPSIS, ONE}):
         red.setdefault(f, "sum")
     for f, op in red.items():
