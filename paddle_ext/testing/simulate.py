@@ -95,19 +95,33 @@ def shard_dense(dense, spec: DistSpec, seed: int = 0) -> dict[Coord, np.ndarray]
     out = {}
     for c in coords:
         index = tuple(slice(off, off + length) for off, length in spec.local_slices(c))
-        out[c] = np.ascontiguousarray(values[tuple(c[m] for m in partial_dims)][index])
+        # np.array, not np.ascontiguousarray: the latter turns a 0-d array into shape (1,)
+        out[c] = np.array(values[tuple(c[m] for m in partial_dims)][index], copy=True, order="C")
     return out
+
+
+def _int_avg(stacked: np.ndarray) -> np.ndarray:
+    """Exact mean of integer parts along axis 0, truncated toward zero like ``mean().astype(int)``.
+
+    Summed as Python ints: a float64 mean rounds values beyond 2**53, and an int64 sum can wrap.
+    """
+    n = stacked.shape[0]
+    total = np.asarray(stacked.astype(object).sum(axis=0), dtype=object)
+    trunc = np.vectorize(lambda t: t // n if t >= 0 else -((-t) // n), otypes=[object])
+    return np.asarray(trunc(total)).astype(stacked.dtype)
 
 
 def _reduce(parts: list[np.ndarray], op: str) -> np.ndarray:
     stacked = np.stack(parts)
     if op == "sum":
-        return stacked.sum(axis=0).astype(parts[0].dtype)
+        return np.asarray(stacked.sum(axis=0)).astype(parts[0].dtype)
     if op == "avg":
-        return stacked.mean(axis=0).astype(parts[0].dtype)
+        if np.issubdtype(stacked.dtype, np.integer):
+            return _int_avg(stacked)
+        return np.asarray(stacked.mean(axis=0)).astype(parts[0].dtype)
     if op == "max":
-        return stacked.max(axis=0)
-    return stacked.min(axis=0)
+        return np.asarray(stacked.max(axis=0))
+    return np.asarray(stacked.min(axis=0))
 
 
 def assemble(local: Mapping[Coord, np.ndarray], spec: DistSpec,

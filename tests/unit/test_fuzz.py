@@ -114,8 +114,6 @@ def check_reshard(src, dst, s_ranks, d_ranks, dtype, seed=0):
     ops = {p.op for p in src.placements + dst.placements if isinstance(p, Partial)}
     if dtype.kind == "i" and ops & {"sum", "avg"} and ops & {"max", "min"}:
         dtype = np.dtype(np.float64)  # known bug: test_int_max_min_neutral_overflows
-    if dtype == np.int64 and "avg" in ops:
-        dtype = np.dtype(np.int32)  # assemble's int64 P(avg) is inexact (test_assemble_int64_avg_is_exact)
     dense = _dense(src.shape, dtype, seed)
     try:
         plan = plan_reshard(src, dst, src_ranks=s_ranks, dst_ranks=d_ranks, itemsize=dtype.itemsize)
@@ -152,20 +150,19 @@ def test_fuzz_reshard_cross_mesh(case):
     check_reshard(*case)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: paddle_ext.testing.simulate.shard_dense returns shape (1,) "
-                   "for a 0-d tensor (np.ascontiguousarray promotes 0-d to 1-d), so assemble() refuses it")
 @pytest.mark.parametrize("placements", ["[R]", "[P(sum)]", "[P(max)]"])
 def test_shard_dense_keeps_a_0d_shape(placements):
+    """shard_dense used to return shape (1,) for a 0-d tensor (np.ascontiguousarray promotes 0-d
+    to 1-d), so assemble() refused its own output."""
     spec = DistSpec((), (2,), placements)
     local = shard_dense(np.array(5.0), spec)
     assert all(a.shape == () for a in local.values()), {c: a.shape for c, a in local.items()}
     assert assemble(local, spec) == 5.0
 
 
-@pytest.mark.xfail(strict=True, reason="bug: paddle_ext.testing.simulate.assemble reduces P(avg) of int64 "
-                   "through a float64 mean, which rounds values beyond 2**53 (e.g. the P(min) neutral "
-                   "iinfo(int64).max that S->P(min) writes becomes -2**63)")
 def test_assemble_int64_avg_is_exact():
+    """assemble used to reduce P(avg) of int64 through a float64 mean, which rounds values beyond
+    2**53 (e.g. the P(min) neutral iinfo(int64).max that S->P(min) writes became -2**63)."""
     big = np.iinfo(np.int64).max
     assert assemble({(0,): np.array([big], np.int64)}, DistSpec((1,), (1,), "[P(avg)]"))[0] == big
     # found by the fuzz: [S(0),R] -> [P(min),P(avg)] on mesh 2x1 rebuilt 35 as -2**63
