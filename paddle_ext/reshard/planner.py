@@ -157,10 +157,37 @@ def _innermost(placements: Sequence[Placement], m: int, d: int) -> bool:
     return all(not (isinstance(p, Shard) and p.dim == d) for p in placements[m + 1:])
 
 
+def _int_overflows(kind: str, new: tuple, m: int, p: Placement, q: Placement) -> bool:
+    """On an integer tensor, would this step make P(max|min)'s neutral element meet sum/avg arithmetic?
+
+    S -> P(max|min) fills the non-owners with iinfo.min/max; summing those (a P(sum|avg) on
+    another mesh dim) or scaling them by n (S -> P(avg), rescale) wraps around, and R -> P(avg)
+    copies them so that the avg reduction sums them. Every such state is reachable another way
+    (through R, which keeps the value on every rank), so the planner only drops these steps.
+    """
+    others = {x.op for i, x in enumerate(new) if i != m and isinstance(x, Partial)}
+    if kind == "to_partial" and isinstance(p, Shard) and q.op in ("max", "min"):
+        return bool(others & {"sum", "avg"})
+    if (kind == "to_partial" and q.op == "avg") or kind == "rescale":
+        return bool(others & {"max", "min"})
+    return False
+
+
+def _is_integer(dtype) -> bool:
+    """True for an integer dtype given as a numpy/Paddle dtype, a type or its name."""
+    if dtype is None:
+        return False
+    kind = getattr(dtype, "kind", None)
+    if isinstance(kind, str):
+        return kind in "iu"
+    return "int" in str(dtype).lower()
+
+
 class _Search:
     def __init__(self, src: DistSpec, dst: DistSpec, src_ranks: tuple, dst_ranks: tuple,
-                 itemsize: int):
+                 itemsize: int, integer: bool = False):
         self.shape = src.shape
+        self.integer = integer
         self.meshes = {SRC: src.mesh_shape, DST: dst.mesh_shape}
         self.ranks = {SRC: src_ranks, DST: dst_ranks}
         self.same_mesh = src.mesh_shape == dst.mesh_shape and src_ranks == dst_ranks
@@ -184,7 +211,7 @@ class _Search:
             for q in self._options(p):
                 new = pl[:m] + (q,) + pl[m + 1:]
                 kind = self._dim_kind(pl, new, m, p, q, n)
-                if kind is None:
+                if kind is None or (self.integer and _int_overflows(kind, new, m, p, q)):
                     continue
                 elems = self._dim_elems(kind, side, pl, new, m)
                 yield (side, new), ReshardStep(m, pl, new, kind, elems * self.itemsize, side), 0
@@ -293,18 +320,23 @@ def _ranks(ranks, mesh_shape, what: str) -> tuple:
 
 @functools.lru_cache(maxsize=2048)
 def _plan_cached(src: DistSpec, dst: DistSpec, src_ranks: tuple, dst_ranks: tuple,
-                 itemsize: int) -> tuple[ReshardStep, ...]:
-    search = _Search(src, dst, src_ranks, dst_ranks, itemsize)
+                 itemsize: int, integer: bool = False) -> tuple[ReshardStep, ...]:
+    search = _Search(src, dst, src_ranks, dst_ranks, itemsize, integer)
     return search.run((SRC, src.placements))
 
 
 def plan_reshard(src: DistSpec, dst: DistSpec, *, src_ranks: Sequence[int] | None = None,
-                 dst_ranks: Sequence[int] | None = None, itemsize: int = 4) -> tuple[ReshardStep, ...]:
+                 dst_ranks: Sequence[int] | None = None, itemsize: int = 4,
+                 dtype=None) -> tuple[ReshardStep, ...]:
     """The minimal-bytes plan from ``src`` to ``dst`` (see the module docstring for the costs).
 
     ``src_ranks``/``dst_ranks`` are the meshes' global ranks in row-major order (default
     ``0..size-1``); when they differ or the mesh shapes differ, the plan crosses meshes.
-    ``itemsize`` is the element size in bytes used for the byte counts.
+    ``itemsize`` is the element size in bytes used for the byte counts. ``dtype`` (a numpy or
+    Paddle dtype or its name) matters when P(max|min) meets P(sum|avg) on another mesh dim: for
+    integers (and when ``dtype`` is None, i.e. unknown) the plan never lets the P(max|min) neutral
+    element (iinfo.min/max) meet sum/avg arithmetic, which would wrap around; a float dtype allows
+    the cheaper plans that do (its neutral element is +-inf).
 
     Raises :class:`ReshardPlanError` when the global shapes differ or the ranks do not fit.
     """
@@ -321,7 +353,7 @@ def plan_reshard(src: DistSpec, dst: DistSpec, *, src_ranks: Sequence[int] | Non
     s_ranks = _ranks(src_ranks, check_mesh_shape(src.mesh_shape), "source")
     d_ranks = _ranks(dst_ranks if dst_ranks is not None else
                      (s_ranks if src.mesh_shape == dst.mesh_shape else None), dst.mesh_shape, "destination")
-    return _plan_cached(src, dst, s_ranks, d_ranks, itemsize)
+    return _plan_cached(src, dst, s_ranks, d_ranks, itemsize, dtype is None or _is_integer(dtype))
 
 
 def parse_spec(shape: Sequence[int], mesh_shape: Sequence[int], placements) -> DistSpec:

@@ -111,12 +111,9 @@ def _dense(shape, dtype, seed):
 def check_reshard(src, dst, s_ranks, d_ranks, dtype, seed=0):
     if dtype.kind == "i" and any(isinstance(p, Partial) and p.op == "avg" for p in src.placements):
         dtype = np.dtype(np.float64)  # an integer P(avg) source has no exact local parts to start from
-    ops = {p.op for p in src.placements + dst.placements if isinstance(p, Partial)}
-    if dtype.kind == "i" and ops & {"sum", "avg"} and ops & {"max", "min"}:
-        dtype = np.dtype(np.float64)  # known bug: test_int_max_min_neutral_overflows
     dense = _dense(src.shape, dtype, seed)
     try:
-        plan = plan_reshard(src, dst, src_ranks=s_ranks, dst_ranks=d_ranks, itemsize=dtype.itemsize)
+        plan = plan_reshard(src, dst, src_ranks=s_ranks, dst_ranks=d_ranks, itemsize=dtype.itemsize, dtype=dtype)
     except ReshardPlanError:
         return None  # refused with the named error: allowed
     local = shard_dense(dense, src, seed=seed)
@@ -171,17 +168,16 @@ def test_assemble_int64_avg_is_exact():
     assert assemble(out, dst, rtol=0, atol=0)[0] == 35
 
 
-@pytest.mark.xfail(strict=True, reason="bug: on integer tensors the P(max)/P(min) neutral element (iinfo.min/max, "
-                   "written by S->P(max|min)) meets sum/avg arithmetic on another mesh dim (x n for S->P(avg), "
-                   "+ for P(sum)) and wraps around (int32 min * 2 == 0), so [S(0),S(0)] -> [P(avg),P(max)] "
-                   "rebuilds -24 as 0; the planner (paddle_ext/reshard/planner.py _Search._dim_kind) should not "
-                   "mix neutral-filled P(max|min) with P(sum|avg) on integer tensors (or the executor saturate)")
 @pytest.mark.parametrize("src,dst,values", [
     ("[S(0),S(0)]", "[P(avg),P(max)]", [7, -24]),
     ("[S(0),S(0)]", "[P(avg),P(min)]", [7, 24]),
     ("[S(0),P(sum)]", "[P(min),R]", [35]),
 ], ids=["avg-over-max", "avg-over-min", "min-over-sum"])
 def test_int_max_min_neutral_overflows(src, dst, values):
+    """On integer tensors the P(max)/P(min) neutral element (iinfo.min/max, written by S->P(max|min))
+    used to meet sum/avg arithmetic on another mesh dim (x n for S->P(avg), + for P(sum)) and wrap
+    around (int32 min * 2 == 0), so [S(0),S(0)] -> [P(avg),P(max)] rebuilt -24 as 0. Given the dtype,
+    the planner now routes such plans through R instead."""
     dense = np.array(values, np.int32)
     src, dst = DistSpec(dense.shape, (2, 2), src), DistSpec(dense.shape, (2, 2), dst)
     out = simulate_reshard(shard_dense(dense, src), src, dst)
