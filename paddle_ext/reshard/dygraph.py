@@ -256,7 +256,8 @@ def _reshard_values(x, mesh, paddle_placements, check: bool, stats):
     members = sorted(set(s_ranks) | set(d_ranks))
     if check:
         _check_request(paddle, x, src, dst, s_ranks, d_ranks)
-    plan = plan_reshard(src, dst, src_ranks=s_ranks, dst_ranks=d_ranks, itemsize=x.element_size())
+    plan = plan_reshard(src, dst, src_ranks=s_ranks, dst_ranks=d_ranks, itemsize=x.element_size(),
+                         dtype=str(x.dtype).replace("paddle.", ""))
     if stats is not None:
         stats.update(plan=format_plan(plan), plan_bytes=sum(s.bytes for s in plan))
     geo = Geometry(src.shape, src.mesh_shape, s_ranks, dst.mesh_shape, d_ranks)
