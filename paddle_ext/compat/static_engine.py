@@ -464,6 +464,14 @@ def strip_stream_events(program) -> int:
     return count
 
 
+def eager_barrier() -> None:
+    """A barrier on the world's dygraph gloo group, whatever mode Paddle is in (``dist.barrier``
+    builds a static op in static mode)."""
+    from paddle.distributed.collective import _get_global_group
+
+    _get_global_group().process_group.barrier().wait()
+
+
 def lower_engine_collectives(engine, mode) -> dict:
     """:func:`lower_collectives` on what ``engine`` runs for ``mode``: each job program of the
     pipeline plan, else the dense main program (send/recv included, events stripped)."""
@@ -511,6 +519,7 @@ def _collectives_apply():
         for group in get_all_process_groups():
             group._is_instantiate = True
         logger.info("rank %d: gloo communicators %s", paddle.distributed.get_rank(), made)
+        eager_barrier()  # gloo waits 30 s at most: start the slow build phases together
 
     def remove_unuseful_comm_op_pass(program):
         # every program the Engine runs passes here (dense main twice, startup once): collectives
@@ -613,6 +622,8 @@ class _LossJobPlan:
 def _engine_apply():
     import importlib
 
+    import paddle
+
     engine_mod = importlib.import_module(ENGINE_MODULE)
     Engine = engine_mod.Engine
     parallel_pir, run = Engine._parallel_pir, Engine.run
@@ -631,6 +642,9 @@ def _engine_apply():
             pipeline.paddle_ext_schedule = None
 
     def run_(self, *args, **kwargs):
+        if _cpu_only() and paddle.distributed.get_world_size() > 1:
+            # gloo's 30 s timeout: ranks whose build or previous step ran long catch up first
+            eager_barrier()
         plan = self._job_plan
         if plan is None or not getattr(self, "_in_pir_mode", False):
             return run(self, *args, **kwargs)

@@ -16,7 +16,8 @@ IR action             job type           IR action             job type
 ====================  =================  ====================  =================
 
 and ends with ``("optimizer", 0)``. Without a backward split (``split_backward=False``, the
-fallback when a program cannot be split) ``I`` becomes ``backward{c}`` and ``W`` is dropped.
+fallback when a program cannot be split) ``I`` becomes ``backward{c}`` and ``W`` is dropped;
+with a split, a full ``B`` (DualPipeV mixes both) becomes ``backward_b{c}`` then ``backward_w{c}``.
 
 >>> [f"{t}:{mb}" for t, mb in compile_jobs("1F1B", 2, 3, rank=1)]
 ['recv_forward0:0', 'forward0:0', 'recv_forward0:1', 'backward0:0', 'send_backward0:0', 'forward0:1', 'backward0:1', 'recv_forward0:2', 'send_backward0:1', 'forward0:2', 'backward0:2', 'send_backward0:2', 'optimizer:0']
@@ -33,7 +34,7 @@ from paddle_ext.passes.schedule_ir import Kind
 from paddle_ext.passes.schedules import get_schedule_info
 from paddle_ext.passes.stage_placement import stages_on_rank
 
-__all__ = ["JOB_OF_KIND", "OPTIMIZER", "compile_jobs", "job_types", "rank_schedule", "format_jobs"]
+__all__ = ["JOB_OF_KIND", "OPTIMIZER", "compile_jobs", "job_types", "rank_schedule", "format_jobs", "uses_split"]
 
 OPTIMIZER = "optimizer"
 JOB_OF_KIND: Dict[Kind, str] = {
@@ -53,23 +54,36 @@ def rank_schedule(name: str, pp_degree: int, n_microbatches: int, n_chunks: Opti
     return info, add_send_recv(schedule), chunks
 
 
+def uses_split(lowered) -> bool:
+    """True if the schedule has ``W`` actions (a backward split into ``I`` and ``W``)."""
+    return any(a is not None and a.kind is Kind.W for actions in lowered.values() for a in actions)
+
+
 def compile_jobs(name: str, pp_degree: int, n_microbatches: int, n_chunks: Optional[int] = None, *,
-                 rank: int, split_backward: bool = True) -> Tuple[Job, ...]:
-    """Rank ``rank``'s ``(job type, micro-batch)`` list for schedule ``name`` (see module doc)."""
+                 rank: int, split_backward: Optional[bool] = None) -> Tuple[Job, ...]:
+    """Rank ``rank``'s ``(job type, micro-batch)`` list for schedule ``name`` (see module doc).
+
+    ``split_backward`` defaults to whether the schedule has ``W`` actions; when it splits, a
+    full ``B`` (DualPipeV mixes them) becomes ``backward_b{c}`` then ``backward_w{c}``."""
     if not 0 <= rank < pp_degree:
         raise ScheduleError(f"pipeline rank {rank} is outside 0..{pp_degree - 1}; pp_stage must be "
                             f"below pp_degree={pp_degree}")
     info, lowered, chunks = rank_schedule(name, pp_degree, n_microbatches, n_chunks)
+    split = uses_split(lowered) if split_backward is None else split_backward
     chunk_of = {stage: c for c, stage in enumerate(stages_on_rank(rank, pp_degree, chunks, info.placement))}
     jobs: List[Job] = []
     for action in lowered[rank]:
         if action is None:
             continue
-        kind = action.kind
-        if not split_backward and kind is Kind.W:
+        kind, chunk, mb = action.kind, chunk_of[action.stage], action.microbatch
+        if kind is Kind.W and not split:
             continue
-        job = JOB_OF_KIND[Kind.B if (kind is Kind.I and not split_backward) else kind]
-        jobs.append((f"{job}{chunk_of[action.stage]}", action.microbatch))
+        if kind is Kind.I and not split:
+            kind = Kind.B
+        if kind is Kind.B and split:
+            jobs += [(f"backward_b{chunk}", mb), (f"backward_w{chunk}", mb)]
+            continue
+        jobs.append((f"{JOB_OF_KIND[kind]}{chunk}", mb))
     jobs.append((OPTIMIZER, 0))
     return tuple(jobs)
 

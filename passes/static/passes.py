@@ -20,10 +20,9 @@ from __future__ import annotations
 import logging
 
 from paddle_ext.errors import ScheduleError
-from paddle_ext.passes.schedule_ir import Kind
 from paddle_ext.passes.schedules import SCHEDULES, get_schedule_info
 from paddle_ext.passes.static.bw_split import classify_backward, split_matmul_grads
-from paddle_ext.passes.static.jobs import compile_jobs, job_types
+from paddle_ext.passes.static.jobs import compile_jobs, job_types, rank_schedule, uses_split
 from paddle_ext.passes.static.program_split import assign_jobs, check_order, handovers, split_program
 
 __all__ = ["register_static_passes", "registered_name", "PADDLE_OWNED"]
@@ -36,12 +35,6 @@ def registered_name(schedule: str) -> str:
     """The ``schedule_mode`` that selects paddle-ext's pass for IR schedule ``schedule``."""
     name = get_schedule_info(schedule).name
     return f"IR_{name}" if name in PADDLE_OWNED else name
-
-
-def _uses_split(schedule: str, pp: int, m: int, chunks: int) -> bool:
-    info = get_schedule_info(schedule)
-    return any(a is not None and a.kind is Kind.W
-               for actions in info.generate(pp, m, chunks).values() for a in actions)
 
 
 def _make_pass_class(schedule: str):
@@ -73,7 +66,7 @@ def build_plan(schedule: str, program, n_microbatches: int, pp_degree: int, pp_s
 
     utils = compat.pass_utils()
     utils.forward_complete_op_role(program)
-    split = _uses_split(schedule, pp_degree, n_microbatches, n_chunks)
+    split = uses_split(rank_schedule(schedule, pp_degree, n_microbatches, n_chunks)[1])
     w_ops, reason = frozenset(), None
     if split:
         rewritten = split_matmul_grads(program)

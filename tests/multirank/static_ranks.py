@@ -19,6 +19,9 @@ HIDDEN, IN, OUT, BATCH = 16, 8, 4, 8
 
 def _weights(model: str, n_blocks: int):
     rng = np.random.default_rng(7)
+    if model == "scale":  # only elementwise parameters: no op computes a weight gradient alone
+        return {f"b{i}.{k}": (rng.standard_normal((IN,)) * 0.3 + (1.0 if k == "s" else 0.0)).astype("float32")
+                for i in range(n_blocks) for k in ("s", "c")}
     w = {"w_in": rng.standard_normal((IN, HIDDEN)).astype("float32") * 0.3,
          "w_out": rng.standard_normal((HIDDEN, OUT)).astype("float32") * 0.3}
     for i in range(n_blocks):
@@ -36,9 +39,9 @@ def _weights(model: str, n_blocks: int):
 
 def _data(steps: int, batch: int, model: str):
     rng = np.random.default_rng(11)
-    shape = (steps * batch, IN) if model == "mlp" else (steps * batch, 3, IN)
+    shape = (steps * batch, 3, IN) if model == "transformer" else (steps * batch, IN)
     xs = rng.standard_normal(shape).astype("float32")
-    ys = rng.standard_normal(shape[:-1] + (OUT,)).astype("float32")
+    ys = rng.standard_normal(shape[:-1] + (IN if model == "scale" else OUT,)).astype("float32")
     return xs, ys
 
 
@@ -48,6 +51,8 @@ def _block_forward(F, model, p, i, h, shard=None):
 
     if model == "mlp":
         return F.relu(paddle.matmul(h, p[f"b{i}.w"]) + p[f"b{i}.b"])
+    if model == "scale":
+        return paddle.tanh(h * p[f"b{i}.s"] + p[f"b{i}.c"])
     x = F.layer_norm(h, [HIDDEN]) * p[f"b{i}.ln"]
     q, k, v = (paddle.matmul(x, p[f"b{i}.{n}"]) for n in "qkv")
     att = F.softmax(paddle.matmul(q, k, transpose_y=True) / 4.0, axis=-1)
@@ -69,10 +74,12 @@ def dense_losses(cfg):
     xs, ys = _data(steps, batch, model)
     losses = []
     for s in range(steps):
-        h = paddle.matmul(paddle.to_tensor(xs[s * batch:(s + 1) * batch]), w["w_in"])
+        h = paddle.to_tensor(xs[s * batch:(s + 1) * batch])
+        h = h if model == "scale" else paddle.matmul(h, w["w_in"])
         for i in range(n):
             h = _block_forward(F, model, w, i, h)
-        loss = F.mse_loss(paddle.matmul(h, w["w_out"]), paddle.to_tensor(ys[s * batch:(s + 1) * batch]))
+        out = h if model == "scale" else paddle.matmul(h, w["w_out"])
+        loss = F.mse_loss(out, paddle.to_tensor(ys[s * batch:(s + 1) * batch]))
         loss.backward()
         opt.step()
         opt.clear_grad()
@@ -90,9 +97,14 @@ def _build(cfg):
     n, tp, dp = len(meshes_of), cfg.get("tp", 1), cfg.get("dp", 1)
     n_stages = max(meshes_of) + 1
     per = tp * dp
-    meshes = [dist.ProcessMesh(np.arange(s * per, (s + 1) * per).reshape(dp, tp).tolist(), dim_names=["dp", "mp"])
+    one_d = cfg.get("mesh_1d", False)  # 1-D stage meshes [s] (only without TP/DP)
+    meshes = [dist.ProcessMesh([s], dim_names=["dp"]) if one_d else
+              dist.ProcessMesh(np.arange(s * per, (s + 1) * per).reshape(dp, tp).tolist(), dim_names=["dp", "mp"])
               for s in range(n_stages)]
     R, S = dist.Replicate(), dist.Shard
+
+    def fit(placements):  # placements written for a [dp, mp] mesh, cut to the mesh's rank
+        return placements[:1] if one_d else placements
     weights = _weights(model, n)
 
     def col(name):  # column parallel: output dim sharded on mp
@@ -125,7 +137,7 @@ def _build(cfg):
                 if k.startswith(f"b{i}."):
                     mesh, pl = place(k)
                     par = self.create_parameter(weights[k].shape, default_initializer=paddle.nn.initializer.Assign(weights[k]))
-                    par = dist.shard_tensor(par, mesh, pl)
+                    par = dist.shard_tensor(par, mesh, fit(pl))
                     setattr(self, k.split(".")[1], par)
                     self.p[k] = par
 
@@ -136,19 +148,22 @@ def _build(cfg):
     class Net(paddle.nn.Layer):
         def __init__(self):
             super().__init__()
-            for k in ("w_in", "w_out"):
+            for k in ("w_in", "w_out") if model != "scale" else ():
                 mesh, pl = place(k)
                 par = self.create_parameter(weights[k].shape, default_initializer=paddle.nn.initializer.Assign(weights[k]))
-                setattr(self, k, dist.shard_tensor(par, mesh, pl))
+                setattr(self, k, dist.shard_tensor(par, mesh, fit(pl)))
             self.blocks = paddle.nn.LayerList([Block(i) for i in range(n)])
 
         def forward(self, x):
-            h = paddle.matmul(x, self.w_in)
+            h = x if model == "scale" else paddle.matmul(x, self.w_in)
             for i, block in enumerate(self.blocks):
                 if i and meshes_of[i] != meshes_of[i - 1]:
-                    h = dist.reshard(h, meshes[meshes_of[i]], [R, R])
+                    h = dist.reshard(h, meshes[meshes_of[i]], fit([R, R]))
+                    if cfg.get("r_to_p"):  # R -> P -> R on a stage without global rank 0: the identity
+                        h = dist.reshard(dist.reshard(h, meshes[meshes_of[i]], fit([dist.Partial(), R])),
+                                         meshes[meshes_of[i]], fit([R, R]))
                 h = block(h)
-            return paddle.matmul(h, self.w_out)
+            return h if model == "scale" else paddle.matmul(h, self.w_out)
 
     class Data(paddle.io.Dataset):
         def __init__(self):
@@ -170,7 +185,7 @@ def _build(cfg):
 
     def loss_fn(out, y):
         if cfg.get("label_to_loss_mesh") and y.process_mesh != out.process_mesh:
-            y = dist.reshard(y, out.process_mesh, [R, R])
+            y = dist.reshard(y, out.process_mesh, fit([R, R]))
         return F.mse_loss(out, y)
 
     strategy = dist.Strategy()
@@ -195,9 +210,20 @@ def train_losses(cfg):
     from paddle_ext.compat.static_engine import install_static
     from paddle_ext.testing import record_action
 
-    install_static()
-    logging.getLogger("paddle_ext").setLevel(logging.INFO)
+    if not cfg.get("no_static"):
+        install_static()
+    if cfg.get("paddle_r_to_p"):  # show Paddle's own R->P (zeros on a mesh without global rank 0)
+        from paddle_ext.reshard.static_funcs import uninstall_static_reshard
+
+        uninstall_static_reshard()
+    logger = logging.getLogger("paddle_ext")
+    logger.setLevel(logging.INFO)
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(f"{record.levelname}: {record.getMessage()}")
+    logger.addHandler(handler)
     net, opt, loader, loss_fn, strategy = _build(cfg)
+    dist.barrier()  # ranks arrive unevenly (op library load); fleet's group rendezvous follows
     record_action(f"building {cfg.get('schedule', 'no-pp')}")
     dm = dist.to_static(net, loader, loss_fn, opt, strategy=strategy)
     dm.train()
@@ -208,9 +234,14 @@ def train_losses(cfg):
         record_action(f"step {step}")
         loss = dm(x, y)
         losses.append(None if loss is None else np.asarray(loss, dtype="float64").reshape(-1).tolist())
+    if cfg.get("paddle_r_to_p"):
+        from paddle_ext.reshard.static_funcs import install_static_reshard
+
+        install_static_reshard()
     plan = dm._engine._job_plan
     jobs = [] if plan is None else [(j.type(), j.micro_batch_id()) for j in plan.job_list()]
-    return {"losses": losses, "jobs": jobs}
+    logger.removeHandler(handler)
+    return {"losses": losses, "jobs": jobs, "log": records}
 
 
 def train_many(cfgs):
@@ -221,5 +252,8 @@ def train_many(cfgs):
         try:
             out.append(train_losses(cfg))
         except Exception as exc:  # noqa: BLE001 - the failure is the measurement
+            import traceback
+
+            traceback.print_exc()  # into workerlog.N as well
             out.append({"error": f"{type(exc).__name__}: {exc}"[:2000]})
     return out
