@@ -324,22 +324,23 @@ def load_gloo_ops():
     build = gloo_ops_dir()
     os.makedirs(build, exist_ok=True)
     library = os.path.join(build, GLOO_OPS_NAME, GLOO_OPS_NAME + ".so")
-    with open(os.path.join(build, ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if os.path.exists(library):
-                module = _import_module_from_library(GLOO_OPS_NAME, os.path.dirname(library))
-            else:
-                source = os.path.join(build, GLOO_OPS_NAME + ".cc")
-                with open(source, "w") as f:
-                    f.write(GLOO_OPS_SOURCE)
-                logger.info("building paddle-ext's gloo ops in %s (first use only)", build)
-                module = load(name=GLOO_OPS_NAME, sources=[source], build_directory=build)
-        except Exception as exc:  # a compiler problem: say what is needed
-            raise CompatError(f"building paddle-ext's gloo ops failed ({type(exc).__name__}: {exc}); they need "
-                              f"g++ and Paddle's headers (paddle/include); build dir {build}") from exc
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    try:
+        if not os.path.exists(library):  # build once; ranks of one launch wait for the first
+            with open(os.path.join(build, ".lock"), "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    if not os.path.exists(library):
+                        source = os.path.join(build, GLOO_OPS_NAME + ".cc")
+                        with open(source, "w") as f:
+                            f.write(GLOO_OPS_SOURCE)
+                        logger.info("building paddle-ext's gloo ops in %s (first use only)", build)
+                        load(name=GLOO_OPS_NAME, sources=[source], build_directory=build)
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+        module = _import_module_from_library(GLOO_OPS_NAME, os.path.dirname(library))
+    except Exception as exc:  # a compiler problem: say what is needed
+        raise CompatError(f"building paddle-ext's gloo ops failed ({type(exc).__name__}: {exc}); they need "
+                          f"g++ and Paddle's headers (paddle/include); build dir {build}") from exc
     _GLOO_OPS["module"] = module
     return module
 
