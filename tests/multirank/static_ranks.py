@@ -11,6 +11,7 @@ reference (:func:`dense_losses`) trains the very same numbers. A config is a pla
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 
@@ -61,9 +62,17 @@ def _block_forward(F, model, p, i, h, shard=None):
     return h + paddle.matmul(F.gelu(paddle.matmul(x, p[f"b{i}.up"])), p[f"b{i}.down"])
 
 
+def _set_hidden(cfg):
+    """The hidden width for this config (module-wide: one config runs at a time per process)."""
+    global HIDDEN
+    HIDDEN = int(cfg.get("hidden", 16))
+
+
 def dense_losses(cfg):
     """Single-process reference: the full batch per step (= mean over micro-batches), SGD."""
     import paddle
+
+    _set_hidden(cfg)
     import paddle.nn.functional as F
 
     model, n = cfg.get("model", "mlp"), len(cfg["layer_meshes"])
@@ -90,6 +99,8 @@ def dense_losses(cfg):
 def _build(cfg):
     """The distributed model, loader and strategy for ``cfg`` on this rank."""
     import paddle
+
+    _set_hidden(cfg)
     import paddle.distributed as dist
     import paddle.nn.functional as F
 
@@ -227,12 +238,14 @@ def train_losses(cfg):
     record_action(f"building {cfg.get('schedule', 'no-pp')}")
     dm = dist.to_static(net, loader, loss_fn, opt, strategy=strategy)
     dm.train()
-    losses = []
+    losses, times = [], []
     for step, (x, y) in enumerate(loader()):
         if step >= cfg["steps"]:
             break
         record_action(f"step {step}")
+        start = time.perf_counter()
         loss = dm(x, y)
+        times.append(time.perf_counter() - start)
         losses.append(None if loss is None else np.asarray(loss, dtype="float64").reshape(-1).tolist())
     if cfg.get("paddle_r_to_p"):
         from paddle_ext.reshard.static_funcs import install_static_reshard
@@ -241,7 +254,7 @@ def train_losses(cfg):
     plan = dm._engine._job_plan
     jobs = [] if plan is None else [(j.type(), j.micro_batch_id()) for j in plan.job_list()]
     logger.removeHandler(handler)
-    return {"losses": losses, "jobs": jobs, "log": records}
+    return {"losses": losses, "jobs": jobs, "log": records, "step_seconds": times}
 
 
 def train_many(cfgs):
