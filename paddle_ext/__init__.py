@@ -42,13 +42,18 @@ def get_spmd_rule(op: str, source: str = "auto"):
     return _get(op, source=source)
 
 
-def install() -> list[str]:
+def install(static_engine: bool = False) -> list[str]:
     """Make Paddle use paddle-ext where Paddle lacks a path (idempotent).
 
     Applies the compat fixes this Paddle needs, routes dygraph ``dist.reshard`` (and
     ShardingStage1/2/3's reshards) through paddle-ext's planner and executor, and puts
     paddle-ext's static (PIR) ReshardFunctions ahead of Paddle's. Returns the names of what is in
     effect (``paddle-ext doctor`` prints the same list).
+
+    ``static_engine=True`` also makes ``dist.to_static`` pipeline parallelism work on CPU/gloo
+    and accept paddle-ext's schedules as ``strategy.pipeline.schedule_mode`` (see
+    ``docs/static_engine.md``); on CPU it builds a small C++ op library once (about 30 s, cached)
+    and loads it in every process (about 10 s), so it is opt-in.
     """
     from .compat import install as _install_fixes
     from .reshard import install_reshard
@@ -57,4 +62,9 @@ def install() -> list[str]:
     names = _install_fixes()
     install_reshard()
     install_static_reshard()
-    return names + ["dygraph-reshard", "static-reshard-functions"]
+    names += ["dygraph-reshard", "static-reshard-functions"]
+    if static_engine:
+        from .compat.static_engine import install_static
+
+        names += install_static()
+    return names
