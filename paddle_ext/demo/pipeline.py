@@ -9,11 +9,8 @@ to the gradient of the global mean loss the reference run minimises.
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
-from .data import make_batches
 from .model import build_model, lm_loss
 from .plans import Plan
 
@@ -108,25 +105,3 @@ class PipelineParallel:
         """This rank's stages' parameters under the whole model's names (for dist.save_state_dict)."""
         mine = {id(q) for q in self.params}
         return {k: v for k, v in self.model.state_dict().items() if id(v) in mine}
-
-
-def train_pipeline_rank(cfg, mcfg, plan: Plan) -> dict:
-    """One rank of a pipeline plan; returns what :func:`train.train_rank` returns."""
-    import paddle.distributed as dist
-
-    from .comm_stats import count_collectives
-    from .train import _peak_memory_bytes, _report
-
-    parallel = PipelineParallel(plan, mcfg, cfg.seed, cfg.lr, cfg.schedule, cfg.microbatches)
-    rank = dist.get_rank()
-    losses = []
-    start = time.perf_counter()
-    with count_collectives() as stats:
-        for step, (x, y) in enumerate(make_batches(cfg.steps, cfg.batch, mcfg.seq_len, mcfg.vocab, cfg.seed)):
-            value = parallel.train_step(x, y)
-            losses.append(value)
-            if rank == 0:
-                _report(cfg.progress_file, {"step": step, "loss": value, "elapsed": time.perf_counter() - start})
-    return {"rank": rank, "losses": losses, "peak_memory": _peak_memory_bytes(),
-            "collectives": {k: dict(val) for k, val in stats.items()},
-            "stages": list(parallel.mine), "schedule": cfg.schedule}

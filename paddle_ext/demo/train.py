@@ -170,14 +170,13 @@ def train_rank(run: dict, model_cfg: dict | None = None) -> dict:
     if dist.get_world_size() != plan.world_size:
         raise ValueError(f"plan {plan.name} needs {plan.world_size} ranks, this job has {dist.get_world_size()}")
     if plan.degree("pp") > 1:
-        from .pipeline import train_pipeline_rank
+        from .pipeline import PipelineParallel
 
-        with audit() as report:
-            result = train_pipeline_rank(cfg, mcfg, plan)
-        return {**result, "audit": report.text(), "audit_count": report.count}
-    parallel = setup_parallel(plan, mcfg, cfg.seed, cfg.lr)
-    losses = []
+        parallel = PipelineParallel(plan, mcfg, cfg.seed, cfg.lr, cfg.schedule, cfg.microbatches)
+    else:
+        parallel = setup_parallel(plan, mcfg, cfg.seed, cfg.lr)
     rank = dist.get_rank()
+    losses = []
     start = time.perf_counter()
     with count_collectives() as stats, audit() as report:
         for step, (x, y) in enumerate(make_batches(cfg.steps, cfg.batch, mcfg.seq_len, mcfg.vocab, cfg.seed)):
@@ -187,4 +186,5 @@ def train_rank(run: dict, model_cfg: dict | None = None) -> dict:
                 _report(cfg.progress_file, {"step": step, "loss": value, "elapsed": time.perf_counter() - start})
     return {"rank": rank, "losses": losses, "peak_memory": _peak_memory_bytes(),
             "collectives": {k: dict(v) for k, v in stats.items()}, "run": asdict(cfg),
+            "stages": list(getattr(parallel, "mine", ())),
             "audit": report.text(), "audit_count": report.count}
