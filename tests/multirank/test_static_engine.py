@@ -124,6 +124,14 @@ def test_dp_tp_on_4_ranks_matches_dense(tmp_path):
     cfgs = {"DP+TP mlp": {**ONE_STAGE, "dp": 2, "tp": 2},
             "DP+TP transformer": {**ONE_STAGE, "dp": 2, "tp": 2, "model": "transformer"}}
     names = list(cfgs)
-    results = run_ranks(sr.train_many, nproc=4, args=([cfgs[n] for n in names],), timeout=300,
-                        log_dir=tmp_path / "log")
+    for attempt in range(2):
+        results = run_ranks(sr.train_many, nproc=4, args=([cfgs[n] for n in names],), timeout=300,
+                            log_dir=tmp_path / f"log{attempt}")
+        # Seen once in five clean CI runs: a gloo communicator of the 4-rank static backend failed
+        # to connect ("connect [127.0.0.1]:PORT: Connection refused") while the ranks were still
+        # setting up. That is a start-up race in connection setup, not a numeric result: launch
+        # once more; a second failure, or any other error, fails the test.
+        if attempt == 0 and "Connection refused" in repr(results):
+            continue
+        break
     _check(results, names, cfgs)
