@@ -190,14 +190,24 @@ FIXES: dict[str, Fix] = {
 }
 
 
+def apply_fixes(fixes: dict) -> list[str]:
+    """Apply every fix of ``fixes`` this Paddle needs (idempotent); returns the names in effect."""
+    for fix in fixes.values():
+        fix.apply()
+    return [name for name, fix in fixes.items() if fix.is_applied()]
+
+
+def revert_fixes(fixes: dict) -> None:
+    """Restore Paddle's originals, last fix first."""
+    for fix in reversed(list(fixes.values())):
+        fix.revert()
+
+
 def install() -> list[str]:
     """Apply every fix this Paddle needs (idempotent); returns the names now in effect."""
-    for fix in FIXES.values():
-        fix.apply()
-    return [name for name, fix in FIXES.items() if fix.is_applied()]
+    return apply_fixes(FIXES)
 
 
 def uninstall() -> None:
     """Restore Paddle's originals (used by tests that show a fix is needed)."""
-    for fix in reversed(list(FIXES.values())):
-        fix.revert()
+    revert_fixes(FIXES)

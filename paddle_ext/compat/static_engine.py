@@ -43,7 +43,7 @@ from __future__ import annotations
 import logging
 
 from ..errors import CompatError, ScheduleError
-from .fixes import Fix, _cpu_only
+from .fixes import Fix, _cpu_only, apply_fixes, revert_fixes
 from .version import require_paddle
 
 logger = logging.getLogger("paddle_ext.static")
@@ -720,11 +720,8 @@ STATIC_FIXES: dict[str, Fix] = {
 
 def install_static() -> list[str]:
     """Apply the static-Engine fixes this Paddle needs (idempotent); returns those in effect."""
-    for fix in STATIC_FIXES.values():
-        fix.apply()
-    return [name for name, fix in STATIC_FIXES.items() if fix.is_applied()]
+    return apply_fixes(STATIC_FIXES)
 
 
 def uninstall_static() -> None:
-    for fix in reversed(list(STATIC_FIXES.values())):
-        fix.revert()
+    revert_fixes(STATIC_FIXES)
