@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import FrozenSet, Optional
 
+from paddle_ext.passes.static.program_split import result_users
+
 __all__ = ["BackwardSplit", "split_matmul_grads", "classify_backward"]
 
 BACKWARD, OPTIMIZE = 1, 2
@@ -108,18 +110,8 @@ def classify_backward(program) -> BackwardSplit:
         if _is_grad_merge(op):
             w.add(i)
             continue
-        sink_only = True
-        for r in range(op.num_results()):
-            value = op.result(r)
-            if not value.initialized():
-                continue
-            for user in value.all_used_ops():
-                j = index.get(user)
-                if j is None or not (j in w or _role(user) == OPTIMIZE or _is_grad_merge(user)):
-                    sink_only = False
-                    break
-            if not sink_only:
-                break
+        sink_only = all(j is not None and (j in w or _role(user) == OPTIMIZE or _is_grad_merge(user))
+                        for j, user in result_users(op, index))
         if sink_only:
             w.add(i)
     real_w = {i for i in w if not ops[i].name().startswith("pd_op.full")}

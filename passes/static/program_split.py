@@ -19,7 +19,7 @@ on the rank's job list that every such hand-over is made before it is used.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Mapping, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from paddle_ext.errors import ScheduleError
 
@@ -70,20 +70,26 @@ def assign_jobs(program, w_ops=frozenset(), split_backward: bool = False, n_chun
     return owner
 
 
+def result_users(op, index: Mapping) -> Iterator[Tuple[Optional[int], object]]:
+    """``(position, user op)`` for every use of every initialised result of ``op``; the position
+    is the user's index in ``index`` (the block's op list), None for an op outside it."""
+    for r in range(op.num_results()):
+        value = op.result(r)
+        if not value.initialized():
+            continue
+        for user in value.all_used_ops():
+            yield index.get(user), user
+
+
 def handovers(program, owner: Sequence[str]) -> Dict[Tuple[str, str], List[str]]:
     """``{(maker job, user job): [op names]}`` for every value used outside the job that makes it."""
     ops = list(program.global_block().ops)
     index = {op: i for i, op in enumerate(ops)}
     out: Dict[Tuple[str, str], List[str]] = {}
     for i, op in enumerate(ops):
-        for r in range(op.num_results()):
-            value = op.result(r)
-            if not value.initialized():
-                continue
-            for user in value.all_used_ops():
-                j = index.get(user)
-                if j is not None and owner[j] != owner[i] and op.name() not in NAMED_MAKERS:
-                    out.setdefault((owner[i], owner[j]), []).append(op.name())
+        for j, _ in result_users(op, index):
+            if j is not None and owner[j] != owner[i] and op.name() not in NAMED_MAKERS:
+                out.setdefault((owner[i], owner[j]), []).append(op.name())
     return out
 
 

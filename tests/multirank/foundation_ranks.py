@@ -92,7 +92,16 @@ def _tp_mlp_losses(steps):
 
     model = MLP()
     opt = paddle.optimizer.SGD(0.1, parameters=model.parameters())
-    loader = paddle.io.DataLoader(Data(), batch_size=4, shuffle=False)
+    return to_static_losses(model, opt, Data(), 4, mesh, steps)
+
+
+def to_static_losses(model, opt, dataset, batch_size, mesh, steps):
+    """Train ``model`` with ``dist.to_static`` and MSE for ``steps`` batches of ``dataset``; the
+    loss of each step (None on ranks that do not hold the loss)."""
+    import paddle
+    import paddle.distributed as dist
+
+    loader = paddle.io.DataLoader(dataset, batch_size=batch_size, shuffle=False)
     dist_loader = dist.shard_dataloader(loader, meshes=[mesh])
     dm = dist.to_static(model, dist_loader, paddle.nn.MSELoss(), opt)
     dm.train()
@@ -101,7 +110,7 @@ def _tp_mlp_losses(steps):
         if step >= steps:
             break
         loss = dm(x, y)
-        losses.append(float(np.asarray(loss).reshape(-1)[0]))
+        losses.append(None if loss is None else float(np.asarray(loss).reshape(-1)[0]))
     return losses
 
 

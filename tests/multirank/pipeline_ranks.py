@@ -95,37 +95,51 @@ def run_grid(configs, steps=2, lr=0.1):
             out.append(result)
             continue
         mine = sorted(s.stage_index for s in stages)
-        ref_params = [q for i in mine for q in ref_blocks[i].parameters()]
-        pipe_params = [q for i in mine for q in pipe_blocks[i].parameters()]
-        ref_opt = paddle.optimizer.SGD(lr, parameters=[q for b in ref_blocks for q in b.parameters()])
-        pipe_opt = paddle.optimizer.SGD(lr, parameters=pipe_params)
-        errs = {"loss": 0.0, "grad": 0.0, "param": 0.0}
-        for step in range(steps):
-            x, y = _data(shape, 2 * m, seed=100 + step)
-            ref_losses = _reference(ref_blocks, x, y, m, F.mse_loss)
-            losses = []
-            if 0 in mine and n_stages - 1 in mine:
-                sched.step(x, target=y, losses=losses)
-            elif 0 in mine:
-                sched.step(x)
-            elif n_stages - 1 in mine:
-                sched.step(target=y, losses=losses)
-            else:
-                sched.step()
-            if losses:
-                errs["loss"] = max(errs["loss"], _rel([float(v) for v in losses], ref_losses))
-            for a, b in zip(pipe_params, ref_params):
-                errs["grad"] = max(errs["grad"], _rel(a.grad.numpy(), b.grad.numpy()))
-            ref_opt.step()
-            ref_opt.clear_grad()
-            pipe_opt.step()
-            pipe_opt.clear_grad()
-            for a, b in zip(pipe_params, ref_params):
-                errs["param"] = max(errs["param"], _rel(a.numpy(), b.numpy()))
+        errs = _train_and_compare(sched, mine, n_stages, ref_blocks, pipe_blocks, shape, m, steps, lr, seed=100)
         result.update(errs)
-        result["n_losses"] = len(losses)
         out.append(result)
     return out
+
+
+def _train_and_compare(sched, mine, n_stages, ref_blocks, pipe_blocks, shape, m, steps, lr, seed,
+                       full=lambda t: t.numpy()):
+    """Run ``steps`` pipeline steps of ``sched`` and of the single-process reference (SGD, sum of
+    the m microbatch MSE losses); the largest relative error of the losses, this rank's gradients
+    and its parameters after each update. ``full`` turns a (Dist)Tensor into its global numpy value."""
+    import paddle
+    import paddle.nn.functional as F
+
+    ref_params = [q for i in mine for q in ref_blocks[i].parameters()]
+    pipe_params = [q for i in mine for q in pipe_blocks[i].parameters()]
+    ref_opt = paddle.optimizer.SGD(lr, parameters=[q for b in ref_blocks for q in b.parameters()])
+    pipe_opt = paddle.optimizer.SGD(lr, parameters=pipe_params)
+    errs = {"loss": 0.0, "grad": 0.0, "param": 0.0}
+    losses = []
+    for step in range(steps):
+        x, y = _data(shape, 2 * m, seed=seed + step)
+        ref_losses = _reference(ref_blocks, x, y, m, F.mse_loss)
+        losses = []
+        if 0 in mine and n_stages - 1 in mine:
+            sched.step(x, target=y, losses=losses)
+        elif 0 in mine:
+            sched.step(x)
+        elif n_stages - 1 in mine:
+            sched.step(target=y, losses=losses)
+        else:
+            sched.step()
+        if losses:
+            errs["loss"] = max(errs["loss"], _rel([float(full(v)) for v in losses], ref_losses))
+        for a, b in zip(pipe_params, ref_params):
+            errs["grad"] = max(errs["grad"], _rel(full(a.grad), b.grad.numpy()))
+        ref_opt.step()
+        ref_opt.clear_grad()
+        pipe_opt.step()
+        pipe_opt.clear_grad()
+        for a, b in zip(pipe_params, ref_params):
+            errs["param"] = max(errs["param"], _rel(full(a), b.numpy()))
+    errs["n_losses"] = len(losses)
+    errs["dist_params"] = all(q.is_dist() for q in pipe_params)
+    return errs
 
 
 def _full(t):
@@ -182,31 +196,8 @@ def run_pp_tp(names, m=4, steps=2, lr=0.1):
 
         stages = [pipeline_stage_class()(pieces[i], i, n_stages, group=group) for i in mine]
         sched = get_schedule(name)(stages, m, loss_fn=F.mse_loss)
-        ref_params = [q for i in mine for q in ref_blocks[i].parameters()]
-        pipe_params = [q for i in mine for q in pipe_blocks[i].parameters()]
-        ref_opt = paddle.optimizer.SGD(lr, parameters=[q for b in ref_blocks for q in b.parameters()])
-        pipe_opt = paddle.optimizer.SGD(lr, parameters=pipe_params)
-        errs = {"loss": 0.0, "grad": 0.0, "param": 0.0, "dist_params": all(q.is_dist() for q in pipe_params)}
-        for step in range(steps):
-            x, y = _data([None, H], 2 * m, seed=200 + step)
-            ref_losses = _reference(ref_blocks, x, y, m, F.mse_loss)
-            losses = []
-            if 0 in mine and n_stages - 1 in mine:
-                sched.step(x, target=y, losses=losses)
-            elif 0 in mine:
-                sched.step(x)
-            else:
-                sched.step(target=y, losses=losses)
-            if losses:
-                errs["loss"] = max(errs["loss"], _rel([float(_full(v)) for v in losses], ref_losses))
-            for a, b in zip(pipe_params, ref_params):
-                errs["grad"] = max(errs["grad"], _rel(_full(a.grad), b.grad.numpy()))
-            ref_opt.step()
-            ref_opt.clear_grad()
-            pipe_opt.step()
-            pipe_opt.clear_grad()
-            for a, b in zip(pipe_params, ref_params):
-                errs["param"] = max(errs["param"], _rel(_full(a), b.numpy()))
+        errs = _train_and_compare(sched, mine, n_stages, ref_blocks, pipe_blocks, [None, H], m, steps, lr,
+                                  seed=200, full=_full)
         out.append({"name": name, "rank": rank, **errs})
     return out
 

@@ -20,6 +20,8 @@ import traceback
 
 import numpy as np
 
+from foundation_ranks import to_static_losses
+
 IN, HIDDEN, OUT, BATCH, LR = 8, 16, 4, 4, 0.1
 
 CASES = {
@@ -117,17 +119,7 @@ def _train(case: str, steps: int) -> list:
 
     net = Net()
     opt = paddle.optimizer.SGD(LR, parameters=net.parameters())
-    loader = paddle.io.DataLoader(Data(), batch_size=BATCH, shuffle=False)
-    dist_loader = dist.shard_dataloader(loader, meshes=[mesh])
-    dm = dist.to_static(net, dist_loader, paddle.nn.MSELoss(), opt)
-    dm.train()
-    losses = []
-    for step, (x, y) in enumerate(dist_loader()):
-        if step >= steps:
-            break
-        loss = dm(x, y)
-        losses.append(None if loss is None else float(np.asarray(loss).reshape(-1)[0]))
-    return losses
+    return to_static_losses(net, opt, Data(), BATCH, mesh, steps)
 
 
 def run_cases(cases, steps: int, ours: bool) -> dict:
