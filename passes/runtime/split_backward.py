@@ -61,8 +61,8 @@ def accumulate_grad(param, grad) -> None:
             grad = dist.reshard(grad, param.process_mesh, param.placements)
         if param.grad is None:
             param.grad = grad
-        else:
-            param.grad = param.grad + grad
+        else:  # in place, as autograd accumulates: `param.grad = param.grad + grad` costs a third more W
+            param.grad.add_(grad)
 
 
 class SplitStrategy:
