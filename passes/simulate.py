@@ -4,7 +4,9 @@ Model (all pure Python, no devices):
 
 * Every rank runs its actions in list order, each as soon as the rank is free and its inputs are
   there (``None`` slots are ignored). Compute costs come from :class:`Costs` (defaults ``F = I = W
-  = 1`` and full ``B = I + W = 2``).
+  = 1`` and full ``B = I + W = 2``), the same for every stage unless ``stage_costs`` gives some
+  stages their own (measured stages differ: the first has no input gradient to compute, the last
+  runs the loss).
 * A compute-only schedule: an input made on another rank arrives ``comm_latency`` after the
   producing action ends.
 * A lowered schedule (with ``SEND_*``/``RECV_*``): inputs from other ranks only come through the
@@ -140,15 +142,32 @@ class SimulationResult:
 def simulate_schedule(schedule: Mapping[int, Sequence[Optional[Action]]], costs: Union[Costs, Mapping, None] = None,
                       comm_latency: float = 0.0, activation_bytes: Union[float, Mapping[int, float]] = 1.0, *,
                       blocking_sends: bool = True, n_stages: Optional[int] = None,
-                      n_microbatches: Optional[int] = None) -> SimulationResult:
+                      n_microbatches: Optional[int] = None,
+                      stage_costs: Optional[Mapping[int, Union[Costs, Mapping]]] = None) -> SimulationResult:
     """Simulate ``schedule`` (compute-only or lowered) and return its :class:`SimulationResult`.
 
     ``costs`` is a :class:`Costs` or a dict like ``{"F": 1, "I": 1, "W": 1, "B": 2}``;
+    ``stage_costs`` optionally maps stage index -> costs of that stage (the others use ``costs``);
     ``activation_bytes`` is the size of one activation, for all stages or per stage.
     The schedule is validated first (:func:`~paddle_ext.passes.validate.check_structure`).
+
+    >>> from paddle_ext.passes.schedule_ir import parse_schedule
+    >>> two = parse_schedule("rank 0: 0F0 0B0\\nrank 1: 1F0 1B0")
+    >>> simulate_schedule(two, {"F": 1, "I": 1, "W": 1}, stage_costs={1: {"F": 2, "I": 1, "W": 1}}).makespan
+    7.0
     """
     shape = check_structure(schedule, n_stages, n_microbatches)
-    return run_simulation(schedule, shape, _coerce_costs(costs), comm_latency, activation_bytes, blocking_sends)
+    per_stage = None
+    if stage_costs is not None:
+        if not isinstance(stage_costs, Mapping):
+            raise ScheduleError(f"stage_costs must map stage index -> costs, got {type(stage_costs).__name__}")
+        bad = [s for s in stage_costs if not isinstance(s, int) or not 0 <= s < shape.n_stages]
+        if bad:
+            raise ScheduleError(f"stage_costs has stages {bad} that the schedule does not have "
+                                f"(stages 0..{shape.n_stages - 1})")
+        per_stage = {s: _coerce_costs(c) for s, c in stage_costs.items()}
+    return run_simulation(schedule, shape, _coerce_costs(costs), comm_latency, activation_bytes, blocking_sends,
+                          per_stage)
 
 
 def _coerce_costs(costs) -> Costs:
@@ -178,7 +197,7 @@ def _check_latency(comm_latency) -> float:
 
 def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: float = 0.0,
                    activation_bytes: Union[float, Mapping[int, float]] = 1.0,
-                   blocking_sends: bool = True) -> SimulationResult:
+                   blocking_sends: bool = True, stage_costs: Optional[Mapping[int, Costs]] = None) -> SimulationResult:
     """The simulator proper, for a schedule already checked by ``check_structure``.
 
     Ranks are advanced one at a time, each as far as its inputs allow; a rank that must wait is
@@ -197,8 +216,11 @@ def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: f
     # wait for this rank's own receive (lowered schedule)
     direct_prev = [local or not lowered for local in local_prev]
     direct_next = [local or not lowered for local in local_next]
-    cost_f, cost_b = float(costs.forward), float(costs.backward)
-    cost_i, cost_w = float(costs.backward_input), float(costs.backward_weight)
+    of_stage = [(stage_costs or {}).get(s, costs) for s in range(n_stages)]
+    cost_f = [float(c.forward) for c in of_stage]
+    cost_b = [float(c.backward) for c in of_stage]
+    cost_i = [float(c.backward_input) for c in of_stage]
+    cost_w = [float(c.backward_weight) for c in of_stage]
     lat = _check_latency(comm_latency)
     size = n_stages * n_mb
     f_end: List[Optional[float]] = [None] * size  # F(s, mb) finished (on its rank)
@@ -270,7 +292,7 @@ def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: f
                             break
                     if dep > t:
                         start = dep
-                t = start + cost_f
+                t = start + cost_f[s]
                 f_end[idx] = t
                 if wait_f and idx in wait_f:
                     work.extend(wait_f.pop(idx))
@@ -294,7 +316,7 @@ def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: f
                             break
                     if dep > t:
                         start = dep
-                t = start + (cost_b if k is kb else cost_i)
+                t = start + (cost_b[s] if k is kb else cost_i[s])
                 g_end[idx] = t
                 if wait_g and idx in wait_g:
                     work.extend(wait_g.pop(idx))
@@ -302,7 +324,7 @@ def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: f
                 if g_end[idx] is None:
                     park(wait_g, idx, ri, ("input", a, f"{s}I{mb}", "same rank"))
                     break
-                t = start + cost_w
+                t = start + cost_w[s]
             elif k is send_f or k is send_b:
                 made, table = (f_end, wait_f) if k is send_f else (g_end, wait_g)
                 if made[idx] is None:
@@ -343,7 +365,7 @@ def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: f
     stuck = [i for i in range(n_ranks) if pos[i] < len(lists[i])]
     if stuck:
         _raise_deadlock(schedule, ranks, lists, pos, stuck, blocked)
-    return _result(ranks, lists, starts, ends, costs, shape, activation_bytes)
+    return _result(ranks, lists, starts, ends, of_stage, shape, activation_bytes)
 
 
 def _where(local: bool, ranks, producer_index: int) -> str:
@@ -379,15 +401,15 @@ def _raise_deadlock(schedule, ranks, lists, pos, stuck, blocked) -> None:
                         f"marked '<-- here' so that what each waits for comes first\n{grid}")
 
 
-def _result(ranks, lists, starts, ends, costs: Costs, shape, activation_bytes) -> SimulationResult:
+def _result(ranks, lists, starts, ends, of_stage: Sequence[Costs], shape, activation_bytes) -> SimulationResult:
     if isinstance(activation_bytes, Mapping):
         size_of = [float(activation_bytes.get(s, 0.0)) for s in range(shape.n_stages)]
     else:
         size_of = [float(activation_bytes)] * shape.n_stages
     busy, spans, peaks, peak_bytes = [], [], [], []
     for acts, st, en in zip(lists, starts, ends):
-        kinds = Counter([a[1] for a in acts])
-        busy.append(sum(costs.of(kind) * count for kind, count in kinds.items()))
+        counts = Counter([(a[0], a[1]) for a in acts])
+        busy.append(sum(of_stage[s].of(kind) * count for (s, kind), count in counts.items()))
         first = next((i for i, a in enumerate(acts) if a[1] in COMPUTE_KINDS), None)
         last = next((i for i in range(len(acts) - 1, -1, -1) if acts[i][1] in COMPUTE_KINDS), None)
         spans.append(en[last] - st[first] if first is not None else 0.0)

@@ -116,6 +116,20 @@ def test_costs_and_latency():
     assert simulate_schedule(one, comm_latency=0.5).makespan == 7
 
 
+def test_stage_costs_override_per_stage():
+    one = parse_schedule("rank 0: 0F0 0B0\nrank 1: 1F0 1B0")
+    base = simulate_schedule(one, Costs(1, 1, 1))
+    same = simulate_schedule(one, Costs(1, 1, 1), stage_costs={0: Costs(1, 1, 1), 1: {"F": 1, "I": 1, "W": 1}})
+    assert (same.starts, same.ends, same.busy) == (base.starts, base.ends, base.busy)
+    # the last stage's F takes 2: its rank is busy 4, and everything after it starts 1 later
+    slow = simulate_schedule(one, Costs(1, 1, 1), stage_costs={1: {"F": 2, "I": 1, "W": 1}})
+    assert (slow.makespan, slow.busy) == (base.makespan + 1, (3.0, 4.0))
+    with pytest.raises(ScheduleError, match=r"stage_costs has stages \[2\]"):
+        simulate_schedule(one, stage_costs={2: Costs()})
+    with pytest.raises(ScheduleError, match="stage_costs must map"):
+        simulate_schedule(one, stage_costs=[Costs()])
+
+
 def test_rendezvous_timing_with_latency():
     # the receiver is released `latency` after the meeting, the sender at the meeting
     r = simulate_schedule(parse_schedule(LOWERED), comm_latency=0.5)
