@@ -257,13 +257,40 @@ def train_losses(cfg):
     return {"losses": losses, "jobs": jobs, "log": records, "step_seconds": times}
 
 
+def late_member_group(cfg):
+    """A gloo group of all ranks whose odd ranks arrive ``delay`` s late, while the world group's
+    rendezvous keys "0".."n-1" are still in the global store (Paddle's ProcessGroupGloo writes and
+    reads them un-prefixed). Returns the all_reduce of the ranks over the new group and whether
+    those shared keys still hold the world group's values afterwards."""
+    import paddle
+    import paddle.distributed as dist
+    from paddle.base import core
+
+    from paddle_ext.compat.static_engine import install_static
+
+    install_static()
+    store = core.create_or_get_global_tcp_store()
+    world = dist.get_world_size()
+    dist.barrier()
+    before = [bytes(store.get(str(i))) for i in range(world)]
+    dist.barrier()
+    if dist.get_rank() % 2:
+        time.sleep(cfg.get("delay", 0.5))
+    group = dist.new_group(list(range(world)))
+    x = paddle.to_tensor([float(dist.get_rank())])
+    dist.all_reduce(x, group=group)  # every member is past the group's rendezvous
+    after = [bytes(store.get(str(i))) for i in range(world)]
+    return {"sum": x.numpy().tolist(), "shared_keys_untouched": before == after}
+
+
 def train_many(cfgs):
     """:func:`train_losses` for several configs in one process (one Engine after another);
-    a config that raises records ``{"error": ...}`` and the rest still run."""
+    a config that raises records ``{"error": ...}`` and the rest still run. A config
+    ``{"check": "late_group"}`` runs :func:`late_member_group` instead."""
     out = []
     for cfg in cfgs:
         try:
-            out.append(train_losses(cfg))
+            out.append(late_member_group(cfg) if cfg.get("check") == "late_group" else train_losses(cfg))
         except Exception as exc:  # noqa: BLE001 - the failure is the measurement
             import traceback
 
