@@ -1,14 +1,22 @@
 """Benchmark paddle-ext's dygraph reshard on gloo: bytes vs the minimum, time vs raw gloo.
 
-    python tools/bench_reshard.py [--nproc 2 4] [--mib 16] [--repeat 7] [--json out.json]
+    python tools/bench_reshard.py [--nproc 2 4] [--mib 16] [--repeat 11] [--json out.json]
 
 For S(0)->R, P->R, P->S(0) and S(0)->S(1) on a float32 tensor of ``--mib`` MiB over a 1-D mesh
-of every rank, each rank measures (medians after a barrier, in one run):
+of every rank, each rank times (after a barrier; the variants of one case run interleaved,
+round after round, so a load burst hits them alike; medians; the table takes the slowest rank):
 
-* bytes it received / the theoretical minimum per rank of anchors.md §3.2 (goal: exactly 1.00);
-* time / a raw gloo transfer of the same bytes (``dist.all_reduce`` for P->R; for the others
-  the same pairwise ``dist.send``/``dist.recv`` volume with no planning, slicing or assembly);
-* time / Paddle's native ``dist.reshard`` where native works on CPU (S->R, P->R).
+* ``paddle_ext.reshard(x, mesh, placements, check=False)``, and the bytes it received / the
+  theoretical minimum per rank of anchors.md §3.2 (goal: exactly 1.00);
+* raw gloo moving the same bytes, every way gloo offers (it has no reduce_scatter or
+  all_to_all on CPU):
+  - S->R: ``all_gather`` into a fresh output tensor (what a reshard must return), the same into
+    a reused buffer (transport only), pairwise ``send``/``recv`` of the same volume;
+  - P->R: ``all_reduce`` in place on a reused buffer (transport only), ``clone`` + ``all_reduce``
+    (a fresh output with the source kept, the contract of a reshard);
+  - P->S, S(0)->S(1): pairwise ``send``/``recv`` of the same volume (no reduction, no packing);
+  ``ext/raw`` divides by the fastest of them;
+* Paddle's native ``dist.reshard`` where native works on CPU (S->R, P->R).
 """
 from __future__ import annotations
 
@@ -29,16 +37,20 @@ def theoretical_min(name: str, total: int, n: int) -> int:
             "P->S(0)": (n - 1) * total // n, "S(0)->S(1)": (n - 1) * total // (n * n)}[name]
 
 
-def _median_time(fn, repeat):
+def _median_times(fns: dict, repeat: int) -> dict:
+    """Median ms of each callable, run interleaved (one of each per round, after a barrier)."""
     import paddle.distributed as dist
 
-    times = []
-    for _ in range(repeat):
-        dist.barrier()
-        t0 = time.perf_counter()
+    times = {k: [] for k in fns}
+    for fn in fns.values():  # warm-up
         fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    for _ in range(repeat):
+        for k, fn in fns.items():
+            dist.barrier()
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) * 1e3 for k, v in times.items()}
 
 
 def rank_bench(mib: int, repeat: int) -> dict:
@@ -56,34 +68,46 @@ def rank_bench(mib: int, repeat: int) -> dict:
     shape, total = [side, side], side * side * 4
     mesh = dist.ProcessMesh(list(range(n)))
     place = paddle.framework._get_paddle_place(paddle.framework._current_expected_place())
-    out = {"shape": shape, "bytes": total}
+    out = {"shape": shape, "bytes": total, "load": os.getloadavg()}
     be = PaddleBackend(paddle, rank, range(n), paddle.empty([0], "float32"), None)
+    peers = [r for r in range(n) if r != rank]
+
+    def p2p(numel):
+        chunk, like = paddle.rand([numel]), paddle.empty([0], "float32")
+        return lambda: exchange(be, peers + [rank], {p: [chunk] for p in peers},
+                                {p: [((numel,), like)] for p in peers})
+
     for name, a, b in CASES:
         src, dst = to_paddle_placements(a), to_paddle_placements(b)
         local_shape = [side // n, side] if "S" in a else shape
-        x = paddle.Tensor(paddle.rand(local_shape), dims=shape, process_mesh=mesh, placements=src, place=place)
+        local = paddle.rand(local_shape)
+        x = paddle.Tensor(local, dims=shape, process_mesh=mesh, placements=src, place=place)
+        before = local.numpy().copy()
         stats: dict = {}
         reshard(x, mesh, dst, check=False, stats=stats)  # warm-up + bytes
         received = stats.get("received_bytes", 0)
-        t_ext = _median_time(lambda: reshard(x, mesh, dst, check=False), repeat)
-        # raw gloo of the same bytes
-        if name == "P->R":
-            buf = x._local_value().clone()
-            t_raw = _median_time(lambda: dist.all_reduce(buf), repeat)
+        fns = {"ext": lambda: reshard(x, mesh, dst, check=False)}
+        if name == "S(0)->R":
+            reused = paddle.empty(shape)
+            fns["raw all_gather, fresh output"] = lambda: dist.stream.all_gather(paddle.empty(shape), local)
+            fns["raw all_gather, reused buffer"] = lambda: dist.stream.all_gather(reused, local)
+            fns["raw send/recv"] = p2p(received // max(1, n - 1) // 4)
+        elif name == "P->R":
+            buf = local.clone()
+            fns["raw all_reduce, in place"] = lambda: dist.all_reduce(buf)
+            fns["raw clone + all_reduce"] = lambda: dist.all_reduce(local.clone())
         else:
-            per_peer = received // max(1, n - 1) // 4
-            chunk = paddle.rand([per_peer])
-            like = paddle.empty([0], "float32")
-            peers = [r for r in range(n) if r != rank]
-            t_raw = _median_time(lambda: exchange(be, peers + [rank], {p: [chunk] for p in peers},
-                                                  {p: [((per_peer,), like)] for p in peers}), repeat)
-        row = {"received": received, "minimum": theoretical_min(name, total, n),
-               "ext_ms": t_ext * 1e3, "raw_ms": t_raw * 1e3}
+            fns["raw send/recv"] = p2p(received // max(1, n - 1) // 4)
         if name in ("S(0)->R", "P->R"):  # native works on CPU for these
             native = original_reshard()
-            native(x, mesh, dst)
-            row["native_ms"] = _median_time(lambda: native(x, mesh, dst), repeat) * 1e3
-        out[name] = row
+            fns["native"] = lambda: native(x, mesh, dst)
+        times = _median_times(fns, repeat)
+        assert (local.numpy() == before).all(), f"{name}: the source was modified"
+        raws = {k: v for k, v in times.items() if k.startswith("raw")}
+        out[name] = {"received": received, "minimum": theoretical_min(name, total, n),
+                     "ext_ms": times["ext"], "raw_ms": min(raws.values()), "raw": raws,
+                     "native_ms": times.get("native", 0.0), "plan": stats.get("plan")}
+    out["load_after"] = os.getloadavg()
     return out
 
 
@@ -91,30 +115,44 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nproc", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--mib", type=int, default=16)
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=11)
     parser.add_argument("--json", help="also write the raw numbers here")
+    parser.add_argument("--mmap-threshold-mib", type=int, default=0,
+                        help="run the ranks with glibc's MALLOC_MMAP_THRESHOLD_ at this many MiB: "
+                             "freed 16 MiB blocks are then reused instead of being handed back to the "
+                             "kernel, so a fresh output no longer pays page faults (0: default malloc)")
     args = parser.parse_args(argv)
+    env = {"MALLOC_MMAP_THRESHOLD_": str(args.mmap_threshold_mib << 20)} if args.mmap_threshold_mib else None
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from paddle_ext.testing import run_ranks
 
     import bench_reshard as me  # importable by module name in the ranks
 
     report = {}
-    print(f"| ranks | transition | bytes/min | paddle-ext ms | raw gloo ms | ext/raw | native ms | ext/native |")
+    print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}; "
+          f"malloc: {'MALLOC_MMAP_THRESHOLD_=' + env['MALLOC_MMAP_THRESHOLD_'] if env else 'default'}")
+    print("| ranks | transition | bytes/min | paddle-ext ms | raw gloo ms (fastest way) | ext/raw | "
+          "native ms | ext/native |")
     print("|---|---|---|---|---|---|---|---|")
     for n in args.nproc:
-        res = run_ranks(me.rank_bench, nproc=n, args=(args.mib, args.repeat), timeout=600)
+        res = run_ranks(me.rank_bench, nproc=n, args=(args.mib, args.repeat), timeout=600, env=env)
         report[n] = res
         for name, _, _ in CASES:
             rows = [r[name] for r in res]
             received = max(r["received"] for r in rows)
             ext = max(r["ext_ms"] for r in rows)
-            raw = max(r["raw_ms"] for r in rows)
-            native = max((r.get("native_ms", 0) for r in rows), default=0)
+            raws = {k: max(r["raw"][k] for r in rows) for k in rows[0]["raw"]}
+            best = min(raws, key=raws.get)
+            native = max(r["native_ms"] for r in rows)
             ratio_native = f"{ext / native:.2f}" if native else "n/a (native fails on CPU)"
             native_txt = f"{native:.1f}" if native else "-"
-            print(f"| {n} | {name} | {received / rows[0]['minimum']:.2f} | {ext:.1f} | {raw:.1f} | "
-                  f"{ext / raw:.2f} | {native_txt} | {ratio_native} |")
+            print(f"| {n} | {name} | {received / rows[0]['minimum']:.2f} | {ext:.1f} | "
+                  f"{raws[best]:.1f} ({best[4:]}) | {ext / raws[best]:.2f} | {native_txt} | {ratio_native} |")
+        others = "; ".join(f"{name}: " + ", ".join(f"{k[4:]} {max(r[name]['raw'][k] for r in res):.1f}"
+                                                   for k in res[0][name]["raw"])
+                           for name, _, _ in CASES if len(res[0][name]["raw"]) > 1)
+        print(f"|  | raw ms, every way: {others} |  |  |  |  |  |  |")
+    print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)

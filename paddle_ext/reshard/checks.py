@@ -96,6 +96,7 @@ def run_case(case: Case, native: bool = False, check: bool = True) -> Outcome:
         mesh = dist.ProcessMesh(np.array(case.dst_mesh).tolist())
         target = to_paddle_placements(dst.placements)
         stats: dict = {}
+        before = x._local_value().numpy().copy()
         t0 = time.perf_counter()
         if native:
             from .install import original_reshard
@@ -103,6 +104,8 @@ def run_case(case: Case, native: bool = False, check: bool = True) -> Outcome:
             y = original_reshard()(x, mesh, target)
         else:
             y = reshard(x, mesh, target, check=check, stats=stats)
+            if not np.array_equal(x._local_value().numpy(), before):  # the executor writes in place
+                raise AssertionError(f"reshard wrote into its source tensor ({case.id})")
         out.seconds = time.perf_counter() - t0
         out.received = stats.get("received_bytes", 0)
         out.placements = format_placements(placements_of(y))

@@ -69,10 +69,26 @@ class PaddleBackend:
             return self.p.empty([n for _, n in box], dtype=x.dtype)
         return x[self._sl(box)].contiguous()
 
+    def view(self, x, box, contiguous: bool = False):
+        """``x[box]`` without a copy (a strided view); with ``contiguous``, None unless the view
+        is one dense block (a run of leading-dim rows), which gloo can receive into."""
+        v = x if tuple(n for _, n in box) == tuple(x.shape) else x[self._sl(box)]
+        return v if not contiguous or v.is_contiguous() else None
+
     def put(self, out, box, x):
+        # assign into a view of ``out``: on Paddle 3.3 CPU ``out[box] = x`` (set_value) is ~10x
+        # slower, and ``view.copy_(x)`` from a strided ``x`` ~50x (tools/bench_reshard.py)
         if math.prod(n for _, n in box):
-            out[self._sl(box)] = x
+            self.p.assign(x, output=self.view(out, box))
         return out
+
+    def reduce_into(self, acc, x, op):
+        """``acc = op(acc, x)`` in place (``acc`` is a buffer of ours, never the source)."""
+        if op == "sum":
+            acc.add_(x)
+        else:
+            acc.copy_(self.reduce(acc, x, op))
+        return acc
 
     def reduce(self, a, b, op):
         fn = {"sum": self.p.add, "max": self.p.maximum, "min": self.p.minimum}[op]
@@ -134,11 +150,30 @@ class PaddleBackend:
             self.count(numel * self._itemsize(buf))
         return buf
 
-    def all_gather(self, x, members):
-        return None  # point-to-point is exact for uneven shards and measured faster on gloo
+    def recv_into(self, buf, peer):
+        """Receive into ``buf`` in place (a contiguous view into an output tensor)."""
+        self.dist.recv(buf, src=peer, group=self.group)
+        self.count(self.numel(buf) * self._itemsize(buf))
+        return buf
+
+    _GATHER_DTYPES = ("float32", "float64", "float16", "int32", "int64", "int8", "uint8")
+
+    def all_gather_into(self, out, x, members) -> bool:
+        """gloo's all_gather of equal shards straight into ``out`` (rank-major slabs); False
+        when ``members`` is not this backend's whole group or gloo lacks the dtype."""
+        if tuple(sorted(members)) != self.world or list(members) != sorted(members) \
+                or str(x.dtype).replace("paddle.", "") not in self._GATHER_DTYPES:
+            return False
+        self.dist.stream.all_gather(out, x.contiguous(), group=self.group)
+        self.count((len(members) - 1) * self.numel(x) * self._itemsize(x))
+        return True
+
+    #: use gloo's all_reduce (on a clone: the source is never written) instead of the
+    #: point-to-point reduce-scatter + all-gather straight into the output
+    collective_all_reduce = True
 
     def all_reduce(self, x, op, members):
-        if tuple(sorted(members)) != self.world:
+        if not self.collective_all_reduce or tuple(sorted(members)) != self.world:
             return None
         ops = {"sum": self.dist.ReduceOp.SUM, "max": self.dist.ReduceOp.MAX,
                "min": self.dist.ReduceOp.MIN}
@@ -301,6 +336,14 @@ def _pylayer():
 _FUNCTION = []
 
 
+def _own_fast_path(paddle, src: DistSpec, ranks) -> bool:
+    """A 1-D mesh whose ranks form the job's world or a prepared group: paddle-ext's collectives
+    then run over exactly the mesh's ranks, as Paddle's do, and write into the output in place."""
+    if len(src.mesh_shape) != 1 or len(ranks) < 2 or len(ranks) % 2:  # odd: gloo p2p lockstep
+        return False
+    return sorted(ranks) == list(range(paddle.distributed.get_world_size())) or group_for(ranks) is not None
+
+
 def reshard(x, mesh, placements, *, check: bool = True, stats: dict | None = None):
     """Reshard DistTensor ``x`` to ``placements`` on ``mesh`` with paddle-ext's minimal plan.
 
@@ -316,8 +359,11 @@ def reshard(x, mesh, placements, *, check: bool = True, stats: dict | None = Non
         _check_request(paddle, x, src, dst, s_ranks, d_ranks)
     differentiable = not x.stop_gradient and paddle.is_grad_enabled()
     # Paddle's own path is exact and moves the same bytes here; its backward gives a Partial
-    # source a Replicate gradient, so those keep paddle-ext's path (x.grad keeps x's placements)
-    if s_ranks == d_ranks and native_is_exact(src, dst) and not (differentiable and src.partial_mesh_dims()):
+    # source a Replicate gradient, so those keep paddle-ext's path (x.grad keeps x's placements).
+    # On a 1-D mesh that is the whole job or a prepared group, paddle-ext's executor is faster
+    # (it gathers / reduces straight into the output: tools/bench_reshard.py), so it runs there.
+    if s_ranks == d_ranks and native_is_exact(src, dst) and not (differentiable and src.partial_mesh_dims()) \
+            and not _own_fast_path(paddle, src, s_ranks):
         from .install import NATIVE_LISTENERS, original_reshard
 
         for listener in NATIVE_LISTENERS:

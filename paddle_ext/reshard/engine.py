@@ -15,6 +15,13 @@ A backend provides: ``rank`` and ``world`` (sorted global ranks); array ops ``em
 ``dtype_info(x)``; communication ``send(x, peer)``, ``recv(numel, like, peer)``, and optional
 ``all_gather(x, members)`` / ``all_reduce(x, op, members)`` that return None when they cannot
 serve that group; and ``count(nbytes)`` for the received-bytes counter.
+
+Optional, for copy-free assembly (the Paddle backend has them, the simulated one does not):
+``view(x, rel_box, contiguous=False)`` (a view, or None when ``contiguous`` and it is strided),
+``recv_into(view, peer)`` (receive straight into an output's memory), ``reduce_into(acc, x, op)``
+(in place on a buffer of ours) and ``all_gather_into(out, x, members)`` (one collective writing
+rank-major slabs into ``out``; False when it cannot serve the group). With them the executors
+allocate the output once and receive each piece into its place, instead of concatenating.
 """
 from __future__ import annotations
 
@@ -48,9 +55,13 @@ class Geometry:
         return DistSpec(self.shape, self.mesh(side), placements)
 
 
-def exchange(be, members: Sequence[int], outgoing: dict, incoming: dict) -> dict:
+def exchange(be, members: Sequence[int], outgoing: dict, incoming: dict, targets: dict | None = None) -> dict:
     """Send ``outgoing[peer]`` (lists of arrays) and receive ``incoming[peer]`` (lists of
     ``(shape, like)``) with every peer, pairwise; returns ``{peer: [arrays]}``.
+
+    ``targets[peer]``, when given for a peer that sends one piece, is a contiguous array of that
+    piece's size (a view into the caller's output) that the backend's ``recv_into`` fills in
+    place, so the piece needs no copy after it arrives.
 
     Within a pair the lower rank sends first; several pieces for one peer travel as one flat
     buffer. Zero-sized pieces are never sent (both sides know the shapes).
@@ -91,6 +102,11 @@ def exchange(be, members: Sequence[int], outgoing: dict, incoming: dict) -> dict
                     be.recv(1, be.like, peer, count=False)
                 if ins:
                     got[peer] = [be.empty(shape, like) for shape, like in ins]
+                return
+            target = (targets or {}).get(peer)
+            if target is not None and len(ins) == 1:
+                be.recv_into(target, peer)  # straight into the caller's (output) memory
+                got[peer] = [target]
                 return
             buf = be.recv(total, ins[0][1], peer)
             parts = be.split_flat(buf, sizes) if len(ins) > 1 else [buf]
@@ -140,11 +156,70 @@ def _assemble(be, want, placed: list, like):
     return out
 
 
-def _reduce_all(be, parts: list, op: str):
-    acc = parts[0]
+def _reduce_all(be, parts: list, op: str, owned: int | None = None):
+    """Reduce ``parts`` in order; after the first step the accumulator is ours, so a backend with
+    ``reduce_into`` accumulates in place instead of allocating a buffer per part.
+
+    ``owned``: index of a part that is a buffer of ours (a received one, never the source); for
+    a sum it becomes the accumulator, so no output buffer is allocated at all.
+    """
+    if op == "sum" and owned is not None and hasattr(be, "reduce_into") and len(parts) > 1:
+        acc = parts[owned]
+        for i, p in enumerate(parts):
+            if i != owned:
+                be.reduce_into(acc, p, op)
+        return acc
+    acc, owned = parts[0], False
     for p in parts[1:]:
-        acc = be.reduce(acc, p, op)
+        if owned and hasattr(be, "reduce_into"):
+            be.reduce_into(acc, p, op)
+        else:
+            acc, owned = be.reduce(acc, p, op), True
     return acc
+
+
+def _slab_axis(boxes: list, want) -> int | None:
+    """The axis along which ``boxes`` (in order) are consecutive slabs tiling ``want``, else None."""
+    boxes = [b for b in boxes if box_numel(b)]
+    axes = {d for box in boxes for d, (o, w) in enumerate(zip(box, want)) if o != w}
+    if not boxes or len(axes) > 1:
+        return None
+    axis = axes.pop() if axes else 0
+    at = want[axis][0]
+    for box in boxes:
+        if box[axis][0] != at:
+            return None
+        at += box[axis][1]
+    return axis if at == want[axis][0] + want[axis][1] else None
+
+
+def _direct(be, want, like, incoming_boxes: dict):
+    """A fresh output for box ``want`` and, per peer sending one piece, the contiguous view of
+    it the piece is received into (backends with ``view``/``recv_into`` only; else None)."""
+    if not (hasattr(be, "view") and hasattr(be, "recv_into")):
+        return None, None
+    out = be.empty(box_shape(want), like)
+    targets = {}
+    for peer, boxes in incoming_boxes.items():
+        if len(boxes) == 1 and box_numel(boxes[0]):
+            v = be.view(out, relative(boxes[0], want), contiguous=True)
+            if v is not None:
+                targets[peer] = v
+    return out, targets
+
+
+def _fill(be, out, want, placed: list, targets: dict, got: dict, places: dict):
+    """Write the pieces that were not received straight into ``out`` (own pieces, strided ones)."""
+    for box, arr in placed:
+        if box_numel(box):
+            be.put(out, relative(box, want), arr)
+    for r, boxes in places.items():
+        if r in targets:
+            continue
+        for box, arr in zip(boxes, got[r]):
+            if box_numel(box):
+                be.put(out, relative(box, want), arr)
+    return out
 
 
 # -- per-step executors: (be, geo, step, local) -> new local (None off-mesh) -------------------
@@ -163,14 +238,22 @@ def _all_gather(be, geo, step, local):
     boxes = [a.local_slices(cj) for cj in coords]
     mine, want = boxes[c[m]], b.local_slices(c)
     shapes = [box_shape(bx) for bx in boxes]
-    parts = None
-    if len(set(shapes)) == 1 and box_numel(mine):
-        parts = be.all_gather(local, ranks)
-    if parts is None:
-        others = [r for r in ranks if r != be.rank]
-        got = exchange(be, ranks, {r: [local] for r in others},
-                       {r: [(shapes[j], local)] for j, r in enumerate(ranks) if r != be.rank})
-        parts = [local if r == be.rank else got[r][0] for r in ranks]
+    others = [r for r in ranks if r != be.rank]
+    incoming = {r: [(shapes[j], local)] for j, r in enumerate(ranks) if r != be.rank}
+    axis = _slab_axis(boxes, want)
+    if (len(set(shapes)) == 1 and box_numel(mine) and axis is not None and hasattr(be, "all_gather_into")
+            and _numel(box_shape(want)[:axis]) == 1):
+        # the slabs lie in rank order in the output's memory: one collective fills it in place
+        out = be.empty(box_shape(want), local)
+        if be.all_gather_into(out, local, ranks):
+            return out
+    out, targets = _direct(be, want, local, {r: [boxes[j]] for j, r in enumerate(ranks) if r != be.rank})
+    if out is not None:
+        got = exchange(be, ranks, {r: [local] for r in others}, incoming, targets)
+        return _fill(be, out, want, [(mine, local)], targets, got,
+                     {r: [boxes[j]] for j, r in enumerate(ranks) if r != be.rank})
+    got = exchange(be, ranks, {r: [local] for r in others}, incoming)
+    parts = [local if r == be.rank else got[r][0] for r in ranks]
     return _assemble(be, want, list(zip(boxes, parts)), local)
 
 
@@ -183,6 +266,9 @@ def _all_reduce(be, geo, step, local):
     n = len(ranks)
     red = "sum" if op == "avg" else op
     out = be.all_reduce(local, red, ranks)
+    if out is None and n > 1 and hasattr(be, "recv_into"):
+        shape = box_shape(geo.spec(step.mesh, step.src).local_slices(c))
+        out = _all_reduce_direct(be, local, red, ranks, c[m], shape)
     if out is None:
         shape, flat = box_shape(geo.spec(step.mesh, step.src).local_slices(c)), be.flat(local)
         sizes = list(chunk_sizes(be.numel(flat), n))
@@ -198,6 +284,31 @@ def _all_reduce(be, geo, step, local):
     return be.divide(out, n) if op == "avg" else out
 
 
+def _all_reduce_direct(be, local, op, ranks, k, shape):
+    """Reduce-scatter by point-to-point, then all-gather straight into a fresh output.
+
+    The source is only read (its chunks are sent as views); this rank's chunk is reduced in
+    rank order into a buffer of ours, and the reduced chunks are gathered into the output in
+    place (one gloo all_gather when the chunks are equal, else received into their slots).
+    """
+    flat, n = be.flat(local), len(ranks)
+    sizes = list(chunk_sizes(be.numel(flat), n))
+    src = be.split_flat(flat, sizes)
+    others = [(j, r) for j, r in enumerate(ranks) if j != k]
+    got = exchange(be, ranks, {r: [src[j]] for j, r in others}, {r: [((sizes[k],), flat)] for j, r in others})
+    mine = _reduce_all(be, [src[j] if j == k else got[r][0] for j, r in enumerate(ranks)], op,
+                       owned=0 if k else 1)
+    out = be.empty(shape, local)
+    if len(set(sizes)) == 1 and sizes[k] and be.all_gather_into(be.flat(out), mine, ranks):
+        return out
+    out_flat = be.flat(out)
+    dst = be.split_flat(out_flat, sizes)
+    exchange(be, ranks, {r: [mine] for j, r in others}, {r: [((sizes[j],), flat)] for j, r in others},
+             {r: dst[j] for j, r in others})
+    be.put(out_flat, ((sum(sizes[:k]), sizes[k]),), mine)
+    return out
+
+
 def _reduce_scatter(be, geo, step, local):
     a, b = geo.spec(step.mesh, step.src), geo.spec(step.mesh, step.dst)
     c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
@@ -211,7 +322,8 @@ def _reduce_scatter(be, geo, step, local):
     got = exchange(be, ranks, {r: [chunks[j]] for j, r in enumerate(ranks) if j != k},
                    {r: [(want, local)] for j, r in enumerate(ranks) if j != k})
     red = "sum" if op == "avg" else op
-    out = _reduce_all(be, [chunks[k] if j == k else got[r][0] for j, r in enumerate(ranks)], red)
+    owned = 0 if k else 1  # a received chunk (empty ones are fresh too): reduce into it
+    out = _reduce_all(be, [chunks[k] if j == k else got[r][0] for j, r in enumerate(ranks)], red, owned=owned)
     return be.divide(out, len(ranks)) if op == "avg" else out
 
 
@@ -225,14 +337,19 @@ def _all_to_all(be, geo, step, local):
     base = c[:m] + (0,) + c[m + 1:]
     k, have, want = c[m], a.local_slices(c), b.local_slices(c)
     outgoing, incoming, places, placed = {}, {}, {}, []
+    direct = hasattr(be, "view") and hasattr(be, "recv_into")
     for j, t, box in group_pieces(a, b, m, base):
-        if j == k and t == k:
-            placed.append((box, be.take(local, relative(box, have))))
+        if j == k and t == k:  # stays here: written straight into the output when we can
+            placed.append((box, be.view(local, relative(box, have)) if direct else be.take(local, relative(box, have))))
         elif j == k:
             outgoing.setdefault(ranks[t], []).append(be.take(local, relative(box, have)))
         elif t == k:
             incoming.setdefault(ranks[j], []).append((box_shape(box), local))
             places.setdefault(ranks[j], []).append(box)
+    out, targets = _direct(be, want, local, places)
+    if out is not None:
+        got = exchange(be, ranks, outgoing, incoming, targets)
+        return _fill(be, out, want, placed, targets, got, places)
     got = exchange(be, ranks, outgoing, incoming)
     for r, boxes in places.items():
         placed.extend(zip(boxes, got[r]))
