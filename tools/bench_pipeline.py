@@ -1,23 +1,33 @@
 """Benchmark every dygraph pipeline schedule on CPU gloo ranks against the simulator.
 
     python tools/bench_pipeline.py                       # 2 ranks, prints the table
-    python tools/bench_pipeline.py --nproc 4 --steps 3
+    python tools/bench_pipeline.py --nproc 4 --steps 5
     python tools/bench_pipeline.py --nproc 2 --nproc 4 --write-docs   # fill docs/pipeline_dygraph.md
 
-For each schedule, every rank measures the fastest of ``--steps`` steps (after one warm-up step;
-the schedules take turns round by round, and the minimum is the figure least disturbed by other
-processes on the cores) and the CPU allocator's peak during a step (above its level at the start of the
-step: activations, messages and temporaries; parameter gradients are preallocated by the warm-up).
-Every action's wall time inside those runs is recorded (``profile=True``); the fastest F, B, I
-and W of each stage are the costs (isolated timings of each stage, also taken, are the fallback),
-with the activation bytes one forward keeps and a ping-pong's one-way message time. The parent
-feeds those costs to :func:`paddle_ext.passes.simulate_schedule` on the same lowered schedule and
-reports measured and simulated step times as ratios to 1F1B, and measured vs simulated peak
-activation memory. ``--split-cost`` (on by default) also times I + W against B in one process for
-both split strategies.
+Model: ``--blocks`` MLP blocks ``Linear(H, 4H)-GELU-Linear(4H, H)`` (``--hidden``), microbatches of
+``--rows`` rows, ``m = --m-factor x ranks`` microbatches (default 2p: a 1F1B bubble of
+(p-1)/(m+p-1) that the other schedules can remove, and compute per stage far above a message).
 
-Each rank runs with one intra-op thread (``OMP_NUM_THREADS=1``); with more ranks than cores the
-ranks share cores and the measured ratios mix in the contention.
+Each rank is pinned with all its threads (gloo's included) to core ``rank % cores`` and runs one
+intra-op thread; the harness's per-action breadcrumbs are off. For each schedule every rank times
+``--steps`` steps after one warm-up (the schedules take turns round by round, so a change of
+load hits all alike) and reports the median step, its action trace, and the CPU allocator's peak
+during a step (above its level at the start of the step: activations, messages and temporaries;
+parameter gradients are preallocated by the warm-up). Every action's wall time inside the runs
+is recorded (``profile=True``); the median F, B, I and W **of each stage** over all the runs are
+the costs (isolated timings of each stage are the fallback), with the activation bytes one
+forward keeps and the median one-way time of a message (ping-pong between ranks 0 and 1). The
+parent feeds those costs to :func:`paddle_ext.passes.simulate_schedule` (``stage_costs=``) on the
+same lowered schedule the runtime runs, adds the time ``step()`` spends outside its action list
+(input-check exchange, batch split; measured in the same steps), and reports measured and
+simulated step times, their ratios to 1F1B, and measured vs simulated peak activation memory.
+"CPU time of all ranks / step" is the CPU time the ranks' processes used during the step over its
+wall time: it cannot exceed the cores; near 1 the ranks took turns on one core's worth of time.
+The parent also times I + W against B in one process for both split strategies (skip with
+``--no-split-cost``).
+
+With more ranks than cores (4 ranks here) two ranks share each core and the measured ratios mix
+in the contention; judge the simulator on runs with a core per rank.
 """
 from __future__ import annotations
 
@@ -35,7 +45,24 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "pipeline_dygraph.md"
-H, BLOCKS, ROWS = 256, 8, 32  # hidden size, blocks in the model, rows per microbatch
+H, BLOCKS, ROWS = 512, 8, 32  # hidden size, blocks in the model, rows per microbatch (--hidden, --blocks, --rows)
+
+
+def _configure(hidden: int, blocks: int, rows: int) -> None:
+    global H, BLOCKS, ROWS
+    H, BLOCKS, ROWS = hidden, blocks, rows
+
+
+def _pin_to_core(rank: int) -> int:
+    """Pin every thread of this rank (gloo's included) to core ``rank % cores``; returns the core."""
+    cores = sorted(os.sched_getaffinity(0))
+    core = cores[rank % len(cores)]
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), {core})
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return core
 
 
 def _model():
@@ -114,25 +141,36 @@ def _ping_pong_ms(p: int, reps: int = 20) -> float:
     ensure_pair_groups([list(range(p))])
     rank = dist.get_rank()
     buf = paddle.randn([ROWS, H])
-    if rank > 1:
+    if rank > 1:  # wait idle, off the cores of ranks 0 and 1
+        dist.barrier()
         return 0.0
     group = pair_group(0, 1)
-    t0 = time.perf_counter()
-    for _ in range(reps):
+    times = []
+    for i in range(reps + 5):  # 5 warm-up round trips, then the median one
+        t0 = time.perf_counter()
         if rank == 0:
             dist.send(buf, dst=1, group=group)
             dist.recv(buf, src=1, group=group)
         else:
             dist.recv(buf, src=0, group=group)
             dist.send(buf, dst=0, group=group)
-    return 1e3 * (time.perf_counter() - t0) / (2 * reps)
+        if i >= 5:
+            times.append(time.perf_counter() - t0)
+    dist.barrier()
+    return 1e3 * statistics.median(times) / 2
 
 
-def rank_bench(names, m_factor: int, steps: int):
+def rank_bench(names, m_factor: int, steps: int, model=(H, BLOCKS, ROWS), pin: bool = True):
     """One rank: costs of its stages, then every schedule's step time and memory peak."""
     import paddle
     import paddle.distributed as dist
     import paddle.nn.functional as F
+
+    _configure(*model)
+    # the harness's per-action breadcrumbs (a file write and a grid per action) would be timed too
+    os.environ.pop("PADDLE_EXT_ACTION_FILE", None)
+    paddle.base.core.set_num_threads(1)  # one intra-op thread (OMP/MKL_NUM_THREADS=1 are set as well)
+    core = _pin_to_core(dist.get_rank()) if pin else None
 
     from paddle_ext.passes.runtime import build_stages, get_schedule, split_model
     from paddle_ext.passes.schedule_ir import Action
@@ -146,7 +184,7 @@ def rank_bench(names, m_factor: int, steps: int):
     for v in (1, 2):
         for i, piece in enumerate(split_model(blocks, p * v)):
             if i % p == rank:  # every stage once (the stages are alike, placement does not matter)
-                costs[f"{p * v}:{i}"] = stage_costs(piece, needs_grad=i > 0)
+                costs[f"{p * v}:{i}"] = stage_costs(piece, needs_grad=i > 0, reps=8)
     dist.barrier()
     x, y = paddle.randn([ROWS * m, H]), paddle.randn([ROWS * m, H])
     runs = {}
@@ -172,16 +210,20 @@ def rank_bench(names, m_factor: int, steps: int):
                 q.clear_grad()  # zeros: keeps the gradient buffers, so the peak is activations
 
     times = {name: [] for name in names}
+    cpu = {name: [] for name in names}  # CPU time of this process (all its threads) during the step
     peaks = {name: [] for name in names}
+    traces = {name: [] for name in names}  # every timed step's actions, times from the step's start
     action_ms = {}  # "n_stages:stage" -> kind -> durations of that action inside the real runs
     for name in names:  # warm-up
         one_step(name)
     for _ in range(steps):  # rounds over all schedules: a burst of load hits every schedule alike
         for name in names:
             dist.barrier()
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             one_step(name)
             times[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
+            traces[name].append([(text, 1e3 * (a - t0), 1e3 * (b - t0)) for text, a, b in runs[name][2].last_trace])
             mem = runs[name][2].last_memory
             peaks[name].append(mem["peak"] - mem["start"])
             n_stages = p * runs[name][0]
@@ -190,16 +232,24 @@ def rank_bench(names, m_factor: int, steps: int):
                 if a.is_compute:
                     action_ms.setdefault(f"{n_stages}:{a.stage}", {}).setdefault(a.kind.value, []).append(
                         1e3 * (t1 - t0))
-    for key, kinds in action_ms.items():  # the fastest instance: least disturbed by other processes
-        costs.setdefault(key, {}).update({f"run_{k}": min(v) for k, v in kinds.items()})
-    results = {name: {"v": runs[name][0], "m": m, "step_ms": 1e3 * min(times[name]),
-                      "step_ms_median": 1e3 * statistics.median(times[name]), "peak_bytes": max(peaks[name]),
-                      "stages": runs[name][3]} for name in names}
-    return {"rank": rank, "latency_ms": latency, "costs": costs, "results": results, "load": os.getloadavg()[0]}
+    for key, kinds in action_ms.items():  # every instance; the parent takes the median over the ranks
+        costs.setdefault(key, {})["runs"] = kinds
+    results = {}
+    for name in names:  # the median step (and its trace): the costs are medians too
+        order = sorted(range(len(times[name])), key=times[name].__getitem__)
+        mid = order[(len(order) - 1) // 2]
+        trace = traces[name][mid]
+        results[name] = {"v": runs[name][0], "m": m, "step_ms": 1e3 * times[name][mid],
+                         "cpu_ms": 1e3 * cpu[name][mid],
+                         "step_ms_min": 1e3 * min(times[name]), "peak_bytes": max(peaks[name]),
+                         "stages": runs[name][3], "trace": trace,
+                         "busy_ms": sum(t1 - t0 for text, t0, t1 in trace if Action.from_str(text).is_compute)}
+    return {"rank": rank, "latency_ms": latency, "costs": costs, "results": results, "load": os.getloadavg()[0],
+            "core": core, "omp": os.environ.get("OMP_NUM_THREADS")}
 
 
 def simulate(names, per_rank, p):
-    """Simulated makespan and per-rank peak activation bytes, from the ranks' measured costs."""
+    """Simulated step time and per-rank peak activation bytes, from the costs measured in the runs."""
     from paddle_ext.passes import Costs, add_send_recv, generate_schedule, get_schedule_info, simulate_schedule
 
     latency = max(r["latency_ms"] for r in per_rank)
@@ -207,24 +257,31 @@ def simulate(names, per_rank, p):
     for name in names:
         v = get_schedule_info(name).default_chunks
         m = per_rank[0]["results"][name]["m"]
-        stage_costs_ = {}
-        for r in per_rank:
+        isolated, in_runs = {}, {}
+        for r in per_rank:  # a stage's actions may have run on two ranks (loop vs V placement): pool them
             for key, c in r["costs"].items():
                 n, s = map(int, key.split(":"))
-                if n == p * v:  # merge the ranks' views of a stage (V and loop place it differently)
-                    merged = stage_costs_.setdefault(s, {})
-                    for k, val in c.items():
-                        merged[k] = min(val, merged[k]) if k.startswith("run_") and k in merged else val
-        # costs as measured inside the runs (fastest instance of each action kind, mean over stages);
-        # the isolated timings are the fallback
-        mean = {k: statistics.mean(c.get(f"run_{k}", c[k]) for c in stage_costs_.values())
-                for k in ("F", "B", "I", "W")}
-        act = {s: float(c["act_bytes"]) for s, c in stage_costs_.items() if "act_bytes" in c}
+                if n == p * v:
+                    isolated.setdefault(s, {}).update({k: val for k, val in c.items() if k != "runs"})
+                    for kind, durations in c.get("runs", {}).items():
+                        in_runs.setdefault(s, {}).setdefault(kind, []).extend(durations)
+        # each stage's costs: the median of that action inside the runs of every schedule (the
+        # isolated timing where a kind never ran on that stage)
+        per_stage = {s: {k: statistics.median(in_runs[s][k]) if in_runs.get(s, {}).get(k) else isolated[s][k]
+                         for k in ("F", "B", "I", "W")} for s in range(p * v)}
+        act = {s: float(c["act_bytes"]) for s, c in isolated.items() if "act_bytes" in c}
         lowered = add_send_recv(generate_schedule(name, p, m, v))
-        sim = simulate_schedule(lowered, Costs(mean["F"], mean["I"], mean["W"], mean["B"]), comm_latency=latency,
-                                activation_bytes=act)
-        out[name] = {"makespan_ms": sim.makespan, "bubble": sim.bubble_ratio,
-                     "peak_act_bytes": list(sim.peak_activation_bytes), "costs": mean}
+        sim = simulate_schedule(lowered, None, comm_latency=latency, activation_bytes=act,
+                                stage_costs={s: Costs(c["F"], c["I"], c["W"], c["B"]) for s, c in per_stage.items()})
+        # what step() does outside its action list (the ranks' input-check exchange, splitting the
+        # batch, bookkeeping), measured in the same steps: step time minus the span of the actions
+        outside = max(r["results"][name]["step_ms"] - r["results"][name]["trace"][-1][2]
+                      + r["results"][name]["trace"][0][1] for r in per_rank)
+        out[name] = {"makespan_ms": sim.makespan, "bubble": sim.bubble_ratio, "outside_ms": outside,
+                     "step_ms": sim.makespan + outside,
+                     "timeline": [[(str(a), st, en) for a, st, en in sim.timed(i)] for i in range(len(sim.ranks))],
+                     "peak_act_bytes": list(sim.peak_activation_bytes), "stage_costs": per_stage,
+                     "costs": {k: statistics.mean(c[k] for c in per_stage.values()) for k in ("F", "B", "I", "W")}}
     return out
 
 
@@ -249,8 +306,8 @@ def split_cost(reps: int = 30) -> list:
 
     rows = []
     paddle.seed(0)
-    for label, layer, shape in (("MLP block x4 (H=256, 32 rows)", nn.Sequential(*_model()[:4]), [ROWS, H]),
-                                ("transformer block (H=256, 4x64 tokens)", TBlock(), [4, 64, H])):
+    for label, layer, shape in ((f"MLP block x4 (H={H}, {ROWS} rows)", nn.Sequential(*_model()[:4]), [ROWS, H]),
+                                ("transformer block (H=256, 4x64 tokens)", TBlock(256), [4, 64, 256])):
         x0, g = paddle.randn(shape), paddle.randn(shape)
         samples = {"B": [], "deferred-linear": [], "regrad": []}
         for _ in range(reps):  # interleaved, so load changes hit every variant alike
@@ -279,28 +336,36 @@ def split_cost(reps: int = 30) -> list:
     return rows
 
 
-def format_tables(runs: dict, split_rows: list) -> str:
+def format_tables(runs: dict, split_rows: list, model=None) -> str:
+    hidden, blocks, rows = model or (H, BLOCKS, ROWS)
     lines = []
     for p, (per_rank, sim) in sorted(runs.items()):
         names = list(per_rank[0]["results"])
-        base_meas = max(r["results"]["1F1B"]["step_ms"] for r in per_rank)
-        base_sim = sim["1F1B"]["makespan_ms"]
-        c = next(iter(sim.values()))["costs"]
-        lines.append(f"**{p} ranks** (load average {per_rank[0].get('load', 0):.1f} on {os.cpu_count()} cores), "
-                     f"m = {per_rank[0]['results'][names[0]]['m']} microbatches of {ROWS} rows, "
-                     f"{BLOCKS} blocks Linear({H},{4 * H})-GELU-Linear({4 * H},{H}); per-stage costs at v=1: "
-                     f"F {c['F']:.2f} ms, B {c['B']:.2f} ms, I {c['I']:.2f} ms, W {c['W']:.2f} ms; one-way "
-                     f"message {max(r['latency_ms'] for r in per_rank):.2f} ms.")
+        step = {n: max(r["results"][n]["step_ms"] for r in per_rank) for n in names}
+        per_stage = "; ".join(f"stage {st}: " + " / ".join(f"{c[k]:.1f}" for k in ("F", "B", "I", "W"))
+                              for st, c in sorted(sim["1F1B"]["stage_costs"].items(), key=lambda kv: int(kv[0])))
+        loads = sorted({round(r["load"], 1) for r in per_rank})
+        cores = [r.get("core") for r in per_rank]
+        pinned = f"rank r pinned to core r % {os.cpu_count()}: {cores}" if None not in cores else "not pinned"
+        lines.append(f"**{p} ranks** on {os.cpu_count()} cores ({pinned}; 1-minute load average at the end "
+                     f"{'/'.join(map(str, loads))}), m = {per_rank[0]['results'][names[0]]['m']} microbatches of "
+                     f"{rows} rows, {blocks} blocks Linear({hidden},{4 * hidden})-GELU-Linear({4 * hidden},{hidden}). "
+                     f"Costs at v=1 (median inside the runs, ms, F / B / I / W): {per_stage}; one-way message "
+                     f"{max(r['latency_ms'] for r in per_rank):.2f} ms; step time outside the action list "
+                     f"{statistics.median(sim[n]['outside_ms'] for n in names):.1f} ms.")
         lines.append("")
-        lines.append("| schedule | v | step (ms, slowest rank) | measured / 1F1B | simulated / 1F1B | simulated bubble "
+        lines.append("| schedule | v | step, measured (ms) | simulated (ms) | measured / simulated "
+                     "| measured / 1F1B | simulated / 1F1B | gap (points) | CPU time of all ranks / step "
                      "| peak memory per rank, measured (MiB) | simulated activations (MiB) |")
-        lines.append("|---|---|---|---|---|---|---|---|")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
         for name in names:
-            step = max(r["results"][name]["step_ms"] for r in per_rank)
+            meas_r, sim_r = step[name] / step["1F1B"], sim[name]["step_ms"] / sim["1F1B"]["step_ms"]
+            busy = sum(r["results"][name]["cpu_ms"] for r in per_rank) / step[name]
             meas = " / ".join(f"{r['results'][name]['peak_bytes'] / 2**20:.1f}" for r in per_rank)
             simm = " / ".join(f"{b / 2**20:.1f}" for b in sim[name]["peak_act_bytes"])
-            lines.append(f"| {name} | {per_rank[0]['results'][name]['v']} | {step:.1f} | {step / base_meas:.2f} | "
-                         f"{sim[name]['makespan_ms'] / base_sim:.2f} | {sim[name]['bubble']:.2f} | {meas} | {simm} |")
+            lines.append(f"| {name} | {per_rank[0]['results'][name]['v']} | {step[name]:.0f} | "
+                         f"{sim[name]['step_ms']:.0f} | {step[name] / sim[name]['step_ms']:.2f} | {meas_r:.2f} | "
+                         f"{sim_r:.2f} | {100 * (meas_r - sim_r):+.0f} | {busy:.2f} | {meas} | {simm} |")
         lines.append("")
     if split_rows:
         lines.append(f"Split backward, one process (load average {split_rows[0].get('load', 0):.1f}), fastest of 30 "
@@ -326,8 +391,12 @@ def write_docs(text: str) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nproc", type=int, action="append", help="ranks (repeat for several); default 2")
-    parser.add_argument("--steps", type=int, default=5, help="timed rounds over the schedules (after one warm-up)")
-    parser.add_argument("--m-factor", type=int, default=4, help="microbatches = m_factor * ranks")
+    parser.add_argument("--steps", type=int, default=7, help="timed rounds over the schedules (after one warm-up)")
+    parser.add_argument("--m-factor", type=int, default=2, help="microbatches = m_factor * ranks")
+    parser.add_argument("--hidden", type=int, default=H, help="hidden size of the MLP blocks")
+    parser.add_argument("--blocks", type=int, default=BLOCKS, help="blocks in the model (a multiple of 2 * ranks)")
+    parser.add_argument("--rows", type=int, default=ROWS, help="rows per microbatch")
+    parser.add_argument("--no-pin", action="store_true", help="do not pin rank r to core r %% cores")
     parser.add_argument("--schedules", default=None, help="comma-separated names (default: all)")
     parser.add_argument("--no-split-cost", action="store_true", help="skip the I + W vs B timing")
     parser.add_argument("--write-docs", action="store_true", help=f"fill the bench block of {DOC.name}")
@@ -338,7 +407,7 @@ def main(argv=None) -> int:
     if args.from_json:
         data = json.loads(Path(args.from_json).read_text())
         runs = {int(p): (r["ranks"], r["simulated"]) for p, r in data["runs"].items()}
-        text = format_tables(runs, data["split"])
+        text = format_tables(runs, data["split"], data.get("model"))
         print(text)
         if args.write_docs:
             write_docs(text)
@@ -354,20 +423,24 @@ def main(argv=None) -> int:
     names = args.schedules.split(",") if args.schedules else list(schedule_names())
     if "1F1B" not in names:
         names.insert(0, "1F1B")
+    _configure(args.hidden, args.blocks, args.rows)
+    split_rows = [] if args.no_split_cost else split_cost()  # first: one process, before the ranks
+    if split_rows:
+        split_rows[0]["load"] = os.getloadavg()[0]
     runs, raw = {}, {}
     for p in args.nproc or [2]:
-        per_rank = run_ranks(me.rank_bench, nproc=p, args=(names, args.m_factor, args.steps), timeout=args.timeout,
+        per_rank = run_ranks(me.rank_bench, nproc=p, timeout=args.timeout,
+                             args=(names, args.m_factor, args.steps, (args.hidden, args.blocks, args.rows),
+                                   not args.no_pin),
                              env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
         sim = simulate(names, per_rank, p)
         runs[p] = (per_rank, sim)
         raw[p] = {"ranks": per_rank, "simulated": sim}
-    split_rows = [] if args.no_split_cost else split_cost()
-    if split_rows:
-        split_rows[0]["load"] = os.getloadavg()[0]
     text = format_tables(runs, split_rows)
     print(text)
     if args.json:
-        Path(args.json).write_text(json.dumps({"runs": raw, "split": split_rows}, indent=1, default=str))
+        Path(args.json).write_text(json.dumps({"runs": raw, "split": split_rows,
+                                               "model": [args.hidden, args.blocks, args.rows]}, indent=1, default=str))
     if args.write_docs:
         write_docs(text)
     return 0

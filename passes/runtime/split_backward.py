@@ -19,7 +19,7 @@ full backward (``B``).
     For any layer: ``I = paddle.grad(outputs, inputs, grad_outputs, retain_graph=True)`` (Paddle
     prunes the parameter branches, so this is cheap) and ``W = paddle.grad(outputs, params,
     grad_outputs)``, which walks the graph again from the outputs: it recomputes the
-    input-gradient chain, so ``I + W`` costs about ``1.3-1.4 B`` (measured in
+    input-gradient chain, so ``I + W`` costs about ``1.4-1.6 B`` (measured in
     ``docs/pipeline_dygraph.md``).
 
 Caveat of both: ``W`` writes ``param.grad`` directly, so gradient hooks registered on a
