@@ -118,11 +118,14 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=11)
     parser.add_argument("--json", help="also write the raw numbers here")
     parser.add_argument("--mmap-threshold-mib", type=int, default=0,
-                        help="run the ranks with glibc's MALLOC_MMAP_THRESHOLD_ at this many MiB: "
-                             "freed 16 MiB blocks are then reused instead of being handed back to the "
-                             "kernel, so a fresh output no longer pays page faults (0: default malloc)")
+                        help="run the ranks with glibc's MALLOC_MMAP_THRESHOLD_ at this many MiB (and "
+                             "MALLOC_TRIM_THRESHOLD_ 4x, MALLOC_ARENA_MAX=1): freed 16 MiB blocks are then "
+                             "reused instead of being handed back to the kernel, so a fresh output no "
+                             "longer pays page faults (0: default malloc)")
     args = parser.parse_args(argv)
-    env = {"MALLOC_MMAP_THRESHOLD_": str(args.mmap_threshold_mib << 20)} if args.mmap_threshold_mib else None
+    mib = args.mmap_threshold_mib
+    env = {"MALLOC_MMAP_THRESHOLD_": str(mib << 20), "MALLOC_TRIM_THRESHOLD_": str(4 * mib << 20),
+           "MALLOC_ARENA_MAX": "1"} if mib else None
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from paddle_ext.testing import run_ranks
 
