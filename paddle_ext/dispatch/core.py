@@ -11,9 +11,17 @@ One call of a dispatched op does, in order:
    Paddle's ``dist.reshard`` inside ``dist.to_static``);
 4. run the function on the local shards and wrap its outputs with the placements and global
    shapes the rule claims (checking this rank's local shapes against the claim);
-5. backward (dygraph: a PyLayer; to_static: the gradient-placement hint of ``dtensor_to_local``)
-   produces the gradient placements of :func:`~paddle_ext.dispatch.grad.grad_plan`, so a
-   replicated input consumed locally gets a ``Partial(sum)`` gradient.
+5. backward produces the gradient placements of :func:`~paddle_ext.dispatch.grad.grad_plan`, so
+   a replicated input consumed locally gets a ``Partial(sum)`` gradient. Dygraph: Paddle's own
+   autograd through ``dtensor_to_local(x, mesh, grad placements)`` -> local op ->
+   ``dtensor_from_local`` where that is exact (:meth:`Plan.native_hints`: no ``Partial`` output,
+   even shards, ...), else a PyLayer; to_static: the gradient-placement hint of
+   ``dtensor_to_local``.
+
+A dygraph call whose tensor slots are all DistTensors takes a fast path: one dict lookup keyed by
+op, attributes and each input's global shape, placements and mesh finds the cached plan, so a
+repeated call does only the local views, the local op and the wrapping (no autograd machinery
+when no input requires grad or grad is disabled).
 
 Inside ``dist.to_static`` an output the rule claims ``Partial`` would get a wrong gradient from
 PIR's ``dtensor_from_local`` backward (measured: step-2 loss 20.7 vs dense 59.6), so there the
@@ -133,17 +141,67 @@ class Plan:
     ctx: LocalCtx
     reshards: tuple               # (flat index, paddle-ext placements)
     out_local: tuple              # expected local shape per output, as lists
-    out_paddle: tuple             # Paddle placements per output
+    out_paddle: tuple             # Paddle placements per output (lists, as dtensor_from_local takes)
     out_fast: tuple               # dtensor_from_local infers the right global shape
     notes: tuple = ()
     grad: dict = field(default_factory=dict)   # differentiable mask -> GradPlan
     mesh_ids: list = field(default_factory=list)
+    _native: Any = False          # not yet decided; then None or the per-input to_local placements
+    single: bool = False          # one output, even shards: the no-grad path wraps it inline
+
+    def __post_init__(self):
+        self.single = len(self.out_fast) == 1 and self.out_fast[0]
 
     def grad_plan(self, diff: tuple) -> GradPlan:
         g = self.grad.get(diff)
         if g is None:
             g = self.grad[diff] = grad_plan(self.result.inputs, self.result.outputs, diff, self.op)
         return g
+
+    def native_hints(self):
+        """Per input, the placements to give ``dtensor_to_local`` so Paddle's native autograd
+        yields the :class:`GradPlan`'s gradients -- or None when it cannot:
+
+        * an output is ``Partial``: the backward of ``dtensor_from_local`` reshards ``dy`` to
+          ``Partial`` before taking the local value (measured: wrong gradients), while the local
+          VJP needs the whole ``dy``;
+        * the plan needs a replicated output gradient kept on one coordinate (``partialize``) or
+          scaled (``P(avg)``);
+        * the input gradients would depend on which outputs are differentiable;
+        * a shard is uneven: Paddle's ``dtensor_from_local`` infers ``local * mesh size``.
+
+        Those calls keep the PyLayer. Decided once per plan.
+        """
+        if self._native is not False:
+            return self._native
+        self._native = None
+        res = self.result
+        outs = tuple(res.outputs)
+        if (not outs or len(outs) > 4 or not all(self.out_fast)
+                or any(isinstance(p, Partial) for o in outs for p in o.placements)
+                or not all(_fast_ok(s, self.coord) for s in res.inputs)):
+            return None
+        import itertools
+
+        from ..compat.convert import to_paddle_placements
+
+        base = None
+        for mask in itertools.product((False, True), repeat=len(outs)):
+            if not any(mask):
+                continue
+            try:
+                gp = grad_plan(res.inputs, outs, mask, self.op)
+            except ShardingRuleError:
+                return None
+            if gp.partialize or any(sc != 1.0 for sc in gp.output_scale):
+                return None
+            pls = tuple(tuple(s.placements) for s in gp.input_grads)
+            if base is None:
+                base = pls
+            elif pls != base:
+                return None
+        self._native = tuple(list(to_paddle_placements(p)) for p in base)
+        return self._native
 
 
 @dataclass
@@ -179,6 +237,9 @@ def has_dist(slots) -> bool:
 
 _PLANS: dict = {}
 _PLAN_LIMIT = 4096
+_FAST: dict = {}      # fast-path key -> Plan (flat slots of DistTensors, dygraph)
+NATIVE_AUTOGRAD = True  # False: every differentiable dygraph call takes the PyLayer (tests compare both)
+_HAS_PSTR: list = []  # [bool]: Paddle's Tensor has _placements_str (3.3); else the placement objects
 
 
 def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
@@ -189,8 +250,12 @@ def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
     """
     if attrs:
         attrs = {k: tuple(v) if isinstance(v, list) else v for k, v in attrs.items()}  # hashable: caches
-    flat = flatten_slots(slots)
     paddle = cd._paddle()
+    if paddle.in_dynamic_mode():
+        plan = _fast_plan(paddle, op, slots, attrs)
+        if plan is not None:
+            return _run_fast(paddle, plan, op, slots, attrs, run_local)
+    flat = flatten_slots(slots)
     dygraph = paddle.in_dynamic_mode()
     Tensor = paddle.Tensor
     mesh = None
@@ -233,6 +298,93 @@ def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
     if _ACTIVE:
         record_dispatch(call)
     return outs
+
+
+# -- dygraph fast path -----------------------------------------------------------------------------------
+def _fast_plan(paddle, op, slots, attrs):
+    """The cached plan for a dygraph call whose slots are all DistTensors (no lists, None or dense
+    tensors), or None (then the general path runs). The key holds everything a plan depends on:
+    op, attributes, and per input its global shape, placements, mesh shape and process ids (two
+    meshes with the same ids but another shape are different keys)."""
+    Tensor = paddle.Tensor
+    if not _HAS_PSTR:
+        _HAS_PSTR.append(hasattr(Tensor, "_placements_str"))
+    pstr = _HAS_PSTR[0]
+    key = [op, tuple(attrs.items()) if attrs else ()]
+    first = None
+    for t in slots:
+        if not isinstance(t, Tensor) or not t.is_dist():
+            return None
+        pm = t.process_mesh
+        # the placements as Paddle's own string: a str hashes and compares far cheaper than the
+        # placement objects (measured ~2 vs ~4.5 µs per tensor)
+        key.append((tuple(t.shape), t._placements_str if pstr else tuple(t.placements),
+                    tuple(pm.shape), tuple(pm.process_ids)))
+        if first is None:
+            first = t
+    if first is None:
+        return None
+    key = tuple(key)
+    try:
+        plan = _FAST.get(key)
+    except TypeError:  # an unhashable attribute: the general path (no cache)
+        return None
+    if plan is None:
+        plan = _make_plan(op, list(slots), attrs, list(slots), first.process_mesh, False)
+        if len(_FAST) < _PLAN_LIMIT:
+            _FAST[key] = plan
+    return plan
+
+
+def _run_fast(paddle, plan, op, slots, attrs, run_local):
+    flat = list(slots)
+    for i, pls in plan.reshards:
+        flat[i] = _reshard(flat[i], plan.mesh, pls, False)
+    if not paddle.is_grad_enabled() or all(t.stop_gradient for t in flat):
+        out = run_local([t._local_value() for t in flat], plan.ctx)
+        if plan.single and not isinstance(out, (tuple, list)) and out.shape == plan.out_local[0]:
+            outs = _core().dtensor_from_local(out, plan.mesh, plan.out_paddle[0])   # checked, wrapped
+        else:
+            out, multi = _as_tuple(out)
+            _check_local_plan(op, plan, out)
+            wrapped = _wrap(plan, out)
+            outs = tuple(wrapped) if multi else wrapped[0]
+    elif NATIVE_AUTOGRAD and plan.native_hints() is not None:
+        outs = _run_native(plan, op, flat, flat, run_local)
+    else:
+        outs = _pylayer().apply(Call(op, slots, attrs, run_local, plan), *flat)
+    if _ACTIVE:
+        record_dispatch(Call(op, slots, attrs, run_local, plan))
+    return outs
+
+
+def _run_native(plan, op, slots, flat, run_local):
+    """Differentiable through Paddle's own C++ autograd: ``dtensor_to_local`` with the gradient
+    placements of the :class:`GradPlan` as its placements (the backward builds the input gradient
+    with them, so a replicated input consumed locally gets ``P(sum)``), the local op, and
+    ``dtensor_from_local`` (whose backward reshards ``dy`` to the output's placements). Only for
+    plans where that is exact (:meth:`Plan.native_hints`)."""
+    core = _core()
+    to_local = core.dtensor_to_local
+    mesh = plan.mesh
+    lin = [to_local(t, mesh, h) if not t.stop_gradient else t._local_value()
+           for t, h in zip(flat, plan._native)]
+    out = run_local(lin if slots is flat else restructure(slots, lin), plan.ctx)
+    if plan.single and not isinstance(out, (tuple, list)) and out.shape == plan.out_local[0]:
+        return core.dtensor_from_local(out, mesh, plan.out_paddle[0])   # checked, wrapped
+    out, multi = _as_tuple(out)
+    _check_local_plan(op, plan, out)
+    wrapped = _wrap(plan, out)
+    return tuple(wrapped) if multi else wrapped[0]
+
+
+_CORE: list = []
+
+
+def _core():
+    if not _CORE:
+        _CORE.append(cd._paddle().base.core)
+    return _CORE[0]
 
 
 def _slot_shape(slots) -> tuple:
@@ -284,7 +436,7 @@ def _make_plan(op, slots, attrs, flat, mesh, static) -> Plan:
     from ..compat.convert import to_paddle_placements
 
     out_local = tuple([int(v) for v in o.local_shape(coord)] for o in result.outputs)
-    out_paddle = tuple(tuple(to_paddle_placements(o.placements)) for o in result.outputs)
+    out_paddle = tuple(list(to_paddle_placements(o.placements)) for o in result.outputs)
     out_fast = tuple(_fast_ok(o, coord) for o in result.outputs)
     # keep the Python ProcessMesh: the C++ mesh object a tensor hands out does not own its data,
     # and a plan outlives the tensor it came from (measured: a cached one crashed dtensor_from_local)
@@ -401,24 +553,29 @@ def _as_tuple(out) -> tuple[tuple, bool]:
 
 
 def _check_local(call: Call, outs_local) -> None:
-    plan = call.plan
+    _check_local_plan(call.op, call.plan, outs_local)
+
+
+def _check_local_plan(op: str, plan: Plan, outs_local) -> None:
     if len(outs_local) != len(plan.out_local):
-        raise DispatchError(f"{call.op}: the local function returned {len(outs_local)} tensors but the rule claims "
+        raise DispatchError(f"{op}: the local function returned {len(outs_local)} tensors but the rule claims "
                             f"{len(plan.out_local)} outputs ({plan.result}); make them agree")
     for k, (o, want) in enumerate(zip(outs_local, plan.out_local)):
         if o.shape != want:
             spec = plan.result.outputs[k]
             raise DispatchError(
-                f"{call.op}: output {k} has local shape {list(o.shape)} on mesh coordinate {list(plan.coord)}, but the "
+                f"{op}: output {k} has local shape {list(o.shape)} on mesh coordinate {list(plan.coord)}, but the "
                 f"rule claims {spec} (local {want}); the rule's output shape or placements are wrong for this "
                 f"function -- fix the rule (its out shapes) or the function")
 
 
 def _wrap(plan: Plan, outs) -> list:
-    fl = cd._paddle().base.core.dtensor_from_local
+    fl = _core().dtensor_from_local
+    if len(outs) == 1 and plan.out_fast[0]:
+        return [fl(outs[0], plan.mesh, plan.out_paddle[0])]
     res = []
     for o, spec, pls, fast in zip(outs, plan.result.outputs, plan.out_paddle, plan.out_fast):
-        res.append(fl(o, plan.mesh, list(pls)) if fast else cd.make_dist(o, plan.mesh, pls, spec.shape))
+        res.append(fl(o, plan.mesh, pls) if fast else cd.make_dist(o, plan.mesh, pls, spec.shape))
     return res
 
 
@@ -517,6 +674,8 @@ def _run_dygraph(call: Call, flat: list):
         _check_local(call, out)
         wrapped = _wrap(call.plan, out)
         return tuple(wrapped) if multi else wrapped[0]
+    if NATIVE_AUTOGRAD and call.plan.native_hints() is not None:
+        return _run_native(call.plan, call.op, call.slots, flat, call.run_local)
     return _pylayer().apply(call, *flat)
 
 
