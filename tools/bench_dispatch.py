@@ -2,8 +2,11 @@
 
 On 2 CPU ranks (gloo), for add, matmul and softmax on [256,256] and [8,1024] inputs sharded
 S(0), times the median of many calls of (a) the Paddle op on DistTensors and (b) the same local
-op through ``paddle_ext.dispatch`` with paddle-ext's rule, forward with and without autograd,
-and prints the ratio dispatched / native. ``--write`` replaces the table in docs/dispatch.md.
+op through ``paddle_ext.dispatch`` with paddle-ext's rule, forward with and without autograd
+(recording the graph; backward is not timed), and prints the ratio dispatched / native. The two
+are timed interleaved, in blocks, in one run; each figure is the slower rank's. Once per case the
+outputs are checked to agree (global shape, placements, values). ``--write`` replaces the table
+in docs/dispatch.md.
 
     /work/venv/bin/python tools/bench_dispatch.py [--calls 300] [--write]
 """
@@ -21,15 +24,34 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DOC = os.path.join(HERE, "..", "docs", "dispatch.md")
 
 
-def _median_us(fn, calls: int) -> float:
+def _medians_us(native, ours, calls: int, rounds: int = 10) -> tuple[float, float]:
+    """Median µs per call of ``native`` and ``ours``, interleaved in ``rounds`` blocks so a change
+    of machine load during the run hits both alike."""
     for _ in range(20):
-        fn()
-    ts = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts) * 1e6)
+        native()
+        ours()
+    per = max(1, calls // rounds)
+    tn, to = [], []
+    for _ in range(rounds):
+        for fn, ts in ((native, tn), (ours, to)):
+            for _ in range(per):
+                t0 = time.perf_counter()
+                fn()
+                ts.append(time.perf_counter() - t0)
+    return float(np.median(tn) * 1e6), float(np.median(to) * 1e6)
+
+
+def _same(op: str, a, b) -> None:
+    """Both paths give the same global shape, placements and values (checked once per case)."""
+    import paddle.distributed as dist
+
+    if list(a.shape) != list(b.shape) or str(a.placements) != str(b.placements):
+        raise AssertionError(f"{op}: native {list(a.shape)} {a.placements} vs dispatched {list(b.shape)} "
+                             f"{b.placements}")
+    full = [dist.reshard(t, t.process_mesh, [dist.Replicate()] * len(t.placements))._local_value().numpy()
+            for t in (a, b)]
+    if not np.allclose(full[0], full[1], rtol=1e-5, atol=1e-5):
+        raise AssertionError(f"{op}: native and dispatched values differ by {np.abs(full[0] - full[1]).max()}")
 
 
 def bench_rank(calls: int):
@@ -43,9 +65,10 @@ def bench_rank(calls: int):
     for shape in ((256, 256), (8, 1024)):
         rng = np.random.default_rng(0)
         a = rng.standard_normal(shape).astype("float32")
-        b = rng.standard_normal((shape[1], shape[1]) if True else shape).astype("float32")
+        c = rng.standard_normal(shape).astype("float32")
+        b = rng.standard_normal((shape[1], shape[1])).astype("float32")
         x = dist.shard_tensor(paddle.to_tensor(a), mesh, [dist.Shard(0)])
-        y = dist.shard_tensor(paddle.to_tensor(a), mesh, [dist.Shard(0)])
+        y = dist.shard_tensor(paddle.to_tensor(c), mesh, [dist.Shard(0)])
         w = dist.shard_tensor(paddle.to_tensor(b), mesh, [dist.Replicate()])
         ops = {
             "add": (lambda: paddle.add(x, y),
@@ -60,9 +83,9 @@ def bench_rank(calls: int):
             for grad in (False, True):
                 for t in (x, y, w):
                     t.stop_gradient = not grad
+                _same(name, native(), ours())
                 dist.barrier()
-                n_us = _median_us(native, calls)
-                d_us = _median_us(ours, calls)
+                n_us, d_us = _medians_us(native, ours, calls)
                 rows.append({"op": name, "shape": list(shape), "autograd": grad, "native_us": n_us,
                              "dispatch_us": d_us, "ratio": d_us / n_us})
     return rows
@@ -81,6 +104,7 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--write", action="store_true", help="write the table into docs/dispatch.md")
     args = ap.parse_args(argv)
+    load_before = os.getloadavg()
     sys.path.insert(0, HERE)
     from paddle_ext.testing import run_ranks
 
@@ -93,7 +117,10 @@ def main(argv=None) -> int:
         r["ratio"] = r["dispatch_us"] / r["native_us"]
     text = table(rows)
     ratios = [r["ratio"] for r in rows]
-    summary = f"median ratio {np.median(ratios):.2f}x, worst {max(ratios):.2f}x over {len(rows)} rows"
+    load_after = os.getloadavg()
+    summary = (f"median ratio {np.median(ratios):.2f}x, worst {max(ratios):.2f}x over {len(rows)} rows; "
+               f"{args.calls} calls per figure; load average (1/5/15 min) before "
+               f"{'/'.join(f'{v:.2f}' for v in load_before)}, after {'/'.join(f'{v:.2f}' for v in load_after)}")
     print(text)
     print(summary)
     if args.write:
