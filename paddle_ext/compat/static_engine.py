@@ -29,6 +29,11 @@ each checked on the real Paddle object and revertible like :mod:`.fixes`:
   (VPP) ``"forward{vpp_degree-1}"``. For paddle-ext's multi-chunk schedules the Engine sees
   "VPP" while it builds the program; at run time the loss is read from the forward job that
   defines it when the job Paddle asks for does not exist.
+* ``gloo-group-rendezvous`` -- ``ProcessGroupGloo``'s constructor connects a second gloo
+  context on the *un-prefixed* global TCPStore (member i writes key "i"), so a group reads the
+  addresses an earlier group left under the same keys ("Connection refused", then a gloo
+  TIMEOUT, when fleet.init in ``dist.to_static`` builds the group of the world's ranks again).
+  Each gloo group gets a TCPStore of its own, hosted by its rank 0.
 * ``static-eager-param-reshard`` -- ``ProgramHelper.init_pir`` reshards every dist parameter
   eagerly, including other stages' ones; on CPU builds an eager reshard on a rank outside both
   meshes segfaults in ``GetDefaultPlace``. During ``init_pir`` such a reshard returns the
@@ -44,6 +49,7 @@ import logging
 
 from ..errors import CompatError, ScheduleError
 from .fixes import Fix, _cpu_only, apply_fixes, revert_fixes
+from .gloo_groups import _gloo_group_store_apply, _has_gloo_groups
 from .version import require_paddle
 
 logger = logging.getLogger("paddle_ext.static")
@@ -392,84 +398,6 @@ def create_communicators() -> list:
             _CREATED.add(key)
             made.append(key)
     return made
-
-
-# ----------------------------------------------------- dygraph gloo groups: their own rendezvous
-# Paddle's ProcessGroupGloo constructor connects a second gloo context (besides its comm
-# context, which is keyed by the group id) with ``connectFullMesh`` on the *un-prefixed* global
-# TCPStore: member i writes its addresses under key "i" and reads "j" for every peer j. Those
-# keys outlive the group and the store cannot delete keys, so a later group of members 0..n-1
-# finds the previous group's values (on 4 ranks: the world group of init_parallel_env, then the
-# group of the same four ranks that fleet.init builds in every dist.to_static). A member that
-# reads key "j" before member j has overwritten it connects to an address whose listener closed
-# once the old group connected: "connect [127.0.0.1]:PORT: Connection refused" on it, a gloo
-# TIMEOUT on the peers waiting for it. Whether it happens depends only on arrival order.
-GROUP_STORE_TIMEOUT = 900  # seconds, Paddle's TCPStore default
-_GROUP_STORES: dict = {}  # (group name, id) -> its TCPStore; ProcessGroupGloo holds it as well
-
-
-def group_store(store, group_id: int, group_name: str, rank: int, size: int):
-    """A fresh TCPStore for one gloo group's rendezvous, hosted by its rank 0.
-
-    Rank 0 starts the server on a free port and publishes ``host:port`` in ``store`` under a key
-    naming the group; the other members connect to it. No key a previous group wrote can be read."""
-    import os
-    import socket
-
-    from paddle.base import core
-
-    key = f"paddle_ext/gloo_group_store/{group_name}/{int(group_id)}/{int(size)}"
-    if rank == 0:
-        endpoint = os.environ.get("PADDLE_CURRENT_ENDPOINT", "")
-        host = endpoint.rsplit(":", 1)[0] if ":" in endpoint else "127.0.0.1"
-        errors = []
-        own = None
-        for _ in range(5):  # a port taken between probe and bind: try another
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-                probe.bind(("", 0))
-                port = probe.getsockname()[1]
-            try:
-                own = core.TCPStore(host, port, True, 0, GROUP_STORE_TIMEOUT)
-                break
-            except Exception as exc:  # noqa: BLE001 - reported below with every port tried
-                errors.append(f"port {port}: {exc}")
-        if own is None:
-            store.set(key, "error: " + "; ".join(errors))
-            raise CompatError(f"gloo group {group_name} (id {group_id}): could not start its rendezvous store "
-                              f"on {host}: {'; '.join(errors)}")
-        store.set(key, f"{host}:{port}")
-    else:
-        value = bytes(store.get(key)).decode()
-        if value.startswith("error: "):
-            raise CompatError(f"gloo group {group_name} (id {group_id}): its rank 0 could not start the "
-                              f"rendezvous store ({value[7:]})")
-        host, port = value.rsplit(":", 1)
-        own = core.TCPStore(host, int(port), False, 0, GROUP_STORE_TIMEOUT)
-    _GROUP_STORES[(group_name, int(group_id))] = own
-    return own
-
-
-def _gloo_group_store_apply():
-    from paddle.distributed import collective
-
-    original = collective._new_process_group_impl
-
-    def _new_process_group_impl(backend, store, rank, world_size, group_name, pg_options, group_id=0,
-                                *args, **kwargs):
-        if backend == "gloo" and world_size > 1:
-            store = group_store(store, group_id, group_name, rank, world_size)
-        return original(backend, store, rank, world_size, group_name, pg_options, group_id, *args, **kwargs)
-
-    _new_process_group_impl.__wrapped__ = original
-    collective._new_process_group_impl = _new_process_group_impl  # new_group looks it up here
-    return [(collective, "_new_process_group_impl", original)]
-
-
-def _has_gloo_groups() -> bool:
-    require_paddle("gloo process groups")
-    from paddle.base import core
-
-    return hasattr(core, "ProcessGroupGloo")
 
 
 # phi ReduceType (kRedSum, kRedMax, kRedMin, kRedProd) -> GlooCommContext's ReduceOp
