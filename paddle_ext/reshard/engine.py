@@ -298,15 +298,16 @@ def _all_reduce_direct(be, local, op, ranks, k, shape):
     got = exchange(be, ranks, {r: [src[j]] for j, r in others}, {r: [((sizes[k],), flat)] for j, r in others})
     mine = _reduce_all(be, [src[j] if j == k else got[r][0] for j, r in enumerate(ranks)], op,
                        owned=0 if k else 1)
-    out = be.empty(shape, local)
-    if len(set(sizes)) == 1 and sizes[k] and be.all_gather_into(be.flat(out), mine, ranks):
-        return out
-    out_flat = be.flat(out)
-    dst = be.split_flat(out_flat, sizes)
+    # a flat output, shaped at the end: writing through ``reshape(out)`` left ``out`` unwritten in
+    # the 2x2 demo (garbage losses), so Paddle's reshape cannot be relied on to return a view
+    out = be.empty((sum(sizes),), local)
+    if len(set(sizes)) == 1 and sizes[k] and be.all_gather_into(out, mine, ranks):
+        return be.reshape(out, shape)
+    dst = be.split_flat(out, sizes)
     exchange(be, ranks, {r: [mine] for j, r in others}, {r: [((sizes[j],), flat)] for j, r in others},
              {r: dst[j] for j, r in others})
-    be.put(out_flat, ((sum(sizes[:k]), sizes[k]),), mine)
-    return out
+    be.put(out, ((sum(sizes[:k]), sizes[k]),), mine)
+    return be.reshape(out, shape)
 
 
 def _reduce_scatter(be, geo, step, local):
