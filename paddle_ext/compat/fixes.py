@@ -13,6 +13,12 @@ restores Paddle's original. Nothing is patched at import time.
   second rendezvous fails with AlreadyExists or times out.
 * ``static-gloo-barrier`` -- the Engine's eager ring-0 ``barrier`` has a CPU kernel that cannot find
   its comm context ("NCCLCommContext is nullptr"); on CPU it goes through ``dist.barrier()``.
+* ``gloo-group-rendezvous`` -- ``ProcessGroupGloo``'s constructor connects a second gloo
+  context on the *un-prefixed* global TCPStore (member i writes key "i"), so a group can read the
+  addresses an earlier group left under the same keys ("Connection refused", then a gloo
+  TIMEOUT; seen when fleet.init in ``dist.to_static`` builds the group of the world's ranks
+  again, and possible for any ``dist.new_group``). Each gloo group gets a TCPStore of its own,
+  hosted by its rank 0 (``compat/gloo_groups.py``).
 * ``checkpoint-cpu-load`` -- ``dist.load_state_dict`` moves every tensor it reshards to the GPU with
   ``Tensor.cuda()`` ("ValueError: No available device found." on CPU builds); on CPU the load
   runs with ``cuda()`` keeping tensors where they are, so a checkpoint saved under one plan loads
@@ -23,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .gloo_groups import _gloo_group_store_apply, _has_gloo_groups
 from .version import require_paddle
 
 
@@ -183,6 +190,9 @@ FIXES: dict[str, Fix] = {
         Fix("static-gloo-barrier",
             "static Engine's eager ring-0 barrier goes through dist.barrier() on CPU",
             _cpu_only, _barrier_apply),
+        Fix("gloo-group-rendezvous",
+            "each gloo group (dist.new_group, fleet.init's in every dist.to_static) rendezvouses on a TCPStore "
+            "of its own", _has_gloo_groups, _gloo_group_store_apply),
         Fix("checkpoint-cpu-load",
             "dist.load_state_dict reshards on CPU instead of calling Tensor.cuda()",
             _cpu_only, _checkpoint_apply),

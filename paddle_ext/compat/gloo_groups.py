@@ -14,7 +14,7 @@ scheduling: 2 of 7 4-rank static launches failed so.
 
 The fix gives each gloo group a TCPStore hosted by its rank 0 on a free port, published in the
 global store under a key naming the group; no member can read what an earlier group wrote.
-Applied by ``install_static()`` (see docs/static_engine.md, "Gloo groups at start-up").
+Applied by ``paddle_ext.install()`` (see docs/static_engine.md, "Gloo groups at start-up").
 """
 from __future__ import annotations
 

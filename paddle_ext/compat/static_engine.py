@@ -29,11 +29,6 @@ each checked on the real Paddle object and revertible like :mod:`.fixes`:
   (VPP) ``"forward{vpp_degree-1}"``. For paddle-ext's multi-chunk schedules the Engine sees
   "VPP" while it builds the program; at run time the loss is read from the forward job that
   defines it when the job Paddle asks for does not exist.
-* ``gloo-group-rendezvous`` -- ``ProcessGroupGloo``'s constructor connects a second gloo
-  context on the *un-prefixed* global TCPStore (member i writes key "i"), so a group reads the
-  addresses an earlier group left under the same keys ("Connection refused", then a gloo
-  TIMEOUT, when fleet.init in ``dist.to_static`` builds the group of the world's ranks again).
-  Each gloo group gets a TCPStore of its own, hosted by its rank 0.
 * ``static-eager-param-reshard`` -- ``ProgramHelper.init_pir`` reshards every dist parameter
   eagerly, including other stages' ones; on CPU builds an eager reshard on a rank outside both
   meshes segfaults in ``GetDefaultPlace``. During ``init_pir`` such a reshard returns the
@@ -49,7 +44,6 @@ import logging
 
 from ..errors import CompatError, ScheduleError
 from .fixes import Fix, _cpu_only, apply_fixes, revert_fixes
-from .gloo_groups import _gloo_group_store_apply, _has_gloo_groups
 from .version import require_paddle
 
 logger = logging.getLogger("paddle_ext.static")
@@ -717,9 +711,6 @@ STATIC_FIXES: dict[str, Fix] = {
         Fix("static-engine-chunks",
             "Engine assigns chunk ids for paddle-ext's multi-chunk schedules; run() finds the loss job",
             _always, _engine_apply),
-        Fix("gloo-group-rendezvous",
-            "each dygraph gloo group (fleet.init's in every dist.to_static) rendezvouses on a TCPStore of its own",
-            _has_gloo_groups, _gloo_group_store_apply),
         Fix("static-eager-param-reshard",
             "init_pir skips the eager reshard of parameters on ranks outside their meshes (CPU segfault)",
             _cpu_only, _param_reshard_apply),

@@ -266,9 +266,9 @@ def world_group_again(cfg):
     import paddle.distributed as dist
     from paddle.base import core
 
-    from paddle_ext.compat.static_engine import install_static
+    from paddle_ext.compat.fixes import install as install_fixes
 
-    install_static()
+    install_fixes()
     store = core.create_or_get_global_tcp_store()
     world = dist.get_world_size()
     dist.barrier()
