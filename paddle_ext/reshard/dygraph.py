@@ -24,6 +24,7 @@ from typing import Sequence
 
 from ..compat.convert import from_paddle_placements, mesh_shape, pad_placements, to_paddle_placements
 from ..compat.version import require_paddle
+from ..compat.views import require_writable_views
 from ..errors import ConversionError, PlacementError, ReshardPlanError
 from ..placements import DistSpec, format_placements
 from .engine import Geometry, exchange, execute
@@ -267,6 +268,7 @@ def _run(paddle, x_local, dtype, geo, plan, mesh, placements, stats):
     members = sorted(set(geo.src_ranks) | set(geo.dst_ranks))
     group = group_for(members)
     world = members if group is not None else range(dist.get_world_size())
+    require_writable_views()  # outputs are built in slices of themselves (every rank: no one waits)
     be = PaddleBackend(paddle, rank, world, like, stats, group=group)
     out = execute(be, geo, plan, x_local)  # every rank walks the rounds (lockstep)
     if out is None:
