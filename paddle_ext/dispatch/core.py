@@ -148,6 +148,7 @@ class Plan:
     mesh_ids: list = field(default_factory=list)
     _native: Any = False          # not yet decided; then None or the per-input to_local placements
     single: bool = False          # one output, even shards: the no-grad path wraps it inline
+    cmesh: Any = None             # fast path: the mesh as an owned C++ ProcessMesh (cheap ``==``)
 
     def __post_init__(self):
         self.single = len(self.out_fast) == 1 and self.out_fast[0]
@@ -237,7 +238,7 @@ def has_dist(slots) -> bool:
 
 _PLANS: dict = {}
 _PLAN_LIMIT = 4096
-_FAST: dict = {}      # fast-path key -> Plan (flat slots of DistTensors, dygraph)
+_FAST: dict = {}      # fast-path key -> [Plan per mesh] (flat slots of DistTensors, dygraph)
 NATIVE_AUTOGRAD = True  # False: every differentiable dygraph call takes the PyLayer (tests compare both)
 _HAS_PSTR: list = []  # [bool]: Paddle's Tensor has _placements_str (3.3); else the placement objects
 
@@ -248,13 +249,45 @@ def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
     ``slots``: one entry per tensor parameter of the rule (a tensor, a list of tensors, or None);
     ``attrs``: the rule's attributes; ``run_local(local_slots, ctx)`` computes on local tensors.
     """
+    rt = _RT or _runtime()
+    if rt[1]():   # dygraph: the fast path when every slot is a DistTensor on one mesh
+        fk = _fast_key(rt[0], op, slots, attrs)
+        if fk is not None:
+            key, first, pm, no_grad = fk
+            try:
+                plans = _FAST.get(key)
+            except TypeError:   # a list attribute: normalise (the rules take tuples), key again
+                attrs = _norm_attrs(attrs)
+                key = (op, tuple(attrs.items())) + key[2:]
+                if not _hashable(key):
+                    key = None
+                plans = _FAST.get(key) if key is not None else None
+            plan = None
+            if plans is not None:
+                for p in plans:   # one per mesh seen with this key; usually one
+                    if pm == p.cmesh:
+                        plan = p
+                        break
+            if plan is None:
+                plan = _make_fast_plan(key, op, slots, attrs, first)
+            if plan.reshards:
+                return _run_fast(rt[2], plan, op, slots, attrs, run_local)
+            if no_grad or not rt[2]():
+                out = run_local([t._local_value() for t in slots], plan.ctx)
+                if plan.single and not isinstance(out, (tuple, list)) and out.shape == plan.out_local[0]:
+                    outs = rt[3](out, plan.mesh, plan.out_paddle[0])   # local shape checked, wrapped
+                else:
+                    outs = _wrap_checked(op, plan, out)
+            elif NATIVE_AUTOGRAD and plan.native_hints() is not None:
+                outs = _run_native(plan, op, slots, slots, run_local)
+            else:
+                outs = _pylayer().apply(Call(op, list(slots), attrs, run_local, plan), *slots)
+            if _ACTIVE:
+                record_dispatch(Call(op, list(slots), attrs, run_local, plan))
+            return outs
     if attrs:
-        attrs = {k: tuple(v) if isinstance(v, list) else v for k, v in attrs.items()}  # hashable: caches
+        attrs = _norm_attrs(attrs)
     paddle = cd._paddle()
-    if paddle.in_dynamic_mode():
-        plan = _fast_plan(paddle, op, slots, attrs)
-        if plan is not None:
-            return _run_fast(paddle, plan, op, slots, attrs, run_local)
     flat = flatten_slots(slots)
     dygraph = paddle.in_dynamic_mode()
     Tensor = paddle.Tensor
@@ -301,60 +334,109 @@ def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
 
 
 # -- dygraph fast path -----------------------------------------------------------------------------------
-def _fast_plan(paddle, op, slots, attrs):
-    """The cached plan for a dygraph call whose slots are all DistTensors (no lists, None or dense
-    tensors), or None (then the general path runs). The key holds everything a plan depends on:
-    op, attributes, and per input its global shape, placements, mesh shape and process ids (two
-    meshes with the same ids but another shape are different keys)."""
-    Tensor = paddle.Tensor
-    if not _HAS_PSTR:
-        _HAS_PSTR.append(hasattr(Tensor, "_placements_str"))
-    pstr = _HAS_PSTR[0]
+_RT: list = []   # Paddle's Tensor, in_dynamic_mode, is_grad_enabled, dtensor_from_local; looked up once
+
+
+def _runtime() -> list:
+    paddle = cd._paddle()
+    _RT.extend((paddle.Tensor, paddle.in_dynamic_mode, paddle.is_grad_enabled, paddle.base.core.dtensor_from_local))
+    _HAS_PSTR.append(hasattr(paddle.Tensor, "_placements_str"))
+    return _RT
+
+
+def _norm_attrs(attrs: dict) -> dict:
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in attrs.items()}  # hashable: caches
+
+
+def _hashable(key) -> bool:
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True
+
+
+def _fast_key(Tensor, op, slots, attrs):
+    """``(key, first input, its mesh, no input requires grad)`` for a dygraph call whose slots are
+    all DistTensors on one mesh (no lists, None or dense tensors), else None (the general path runs).
+
+    The key is one flat tuple: op, attributes, and per input its global shape and placements
+    (Paddle's own placements string: it hashes and compares far cheaper than the placement
+    objects). The mesh is read once per input and compared with Paddle's mesh ``==`` (shape and
+    process ids): every input's mesh must equal the first one's (else the general path raises the
+    mixed-mesh error), and :func:`dispatch` takes the cached plan whose mesh equals it -- two meshes
+    with the same ids but another shape get different plans."""
     key = [op, tuple(attrs.items()) if attrs else ()]
-    first = None
+    pm0 = first = None
+    no_grad = True
+    pstr = _HAS_PSTR[0]
     for t in slots:
         if not isinstance(t, Tensor) or not t.is_dist():
             return None
         pm = t.process_mesh
-        # the placements as Paddle's own string: a str hashes and compares far cheaper than the
-        # placement objects (measured ~2 vs ~4.5 µs per tensor)
-        key.append((tuple(t.shape), t._placements_str if pstr else tuple(t.placements),
-                    tuple(pm.shape), tuple(pm.process_ids)))
         if first is None:
-            first = t
+            pm0, first = pm, t
+        elif pm is not pm0 and not pm == pm0:
+            return None
+        key.append(tuple(t.shape))
+        key.append(t._placements_str if pstr else tuple(t.placements))
+        if not t.stop_gradient:
+            no_grad = False
     if first is None:
         return None
-    key = tuple(key)
-    try:
-        plan = _FAST.get(key)
-    except TypeError:  # an unhashable attribute: the general path (no cache)
-        return None
-    if plan is None:
-        plan = _make_plan(op, list(slots), attrs, list(slots), first.process_mesh, False)
-        if len(_FAST) < _PLAN_LIMIT:
-            _FAST[key] = plan
+    return tuple(key), first, pm0, no_grad
+
+
+def _make_fast_plan(key, op, slots, attrs, first) -> Plan:
+    plan = _make_plan(op, list(slots), attrs, list(slots), first.process_mesh, False)
+    m = plan.mesh
+    # an owned C++ mesh: ``==`` between two of them is Paddle's (shape and ids); the Python
+    # ProcessMesh would take over the comparison with its own, slower ``__eq__``
+    plan.cmesh = _core().ProcessMesh(list(m.shape), list(m.process_ids), list(m.dim_names))
+    if key is not None and len(_FAST) < _PLAN_LIMIT:
+        _FAST.setdefault(key, []).append(plan)
     return plan
 
 
-def _run_fast(paddle, plan, op, slots, attrs, run_local):
+def _fast_plan(paddle, op, slots, attrs):
+    """The cached plan :func:`dispatch`'s fast path uses for these slots, or None when the call
+    takes the general path (tests and benchmarks inspect plans through this)."""
+    rt = _RT or _runtime()
+    if attrs:
+        attrs = _norm_attrs(attrs)
+    fk = _fast_key(rt[0], op, slots, attrs)
+    if fk is None:
+        return None
+    key, first, pm, _ = fk
+    if not _hashable(key):
+        return None
+    for p in _FAST.get(key, ()):
+        if pm == p.cmesh:
+            return p
+    return _make_fast_plan(key, op, slots, attrs, first)
+
+
+def _wrap_checked(op, plan, out):
+    out, multi = _as_tuple(out)
+    _check_local_plan(op, plan, out)
+    wrapped = _wrap(plan, out)
+    return tuple(wrapped) if multi else wrapped[0]
+
+
+def _run_fast(is_grad_enabled, plan, op, slots, attrs, run_local):
+    """The fast path's plans that reshard an input first."""
     flat = list(slots)
     for i, pls in plan.reshards:
         flat[i] = _reshard(flat[i], plan.mesh, pls, False)
-    if not paddle.is_grad_enabled() or all(t.stop_gradient for t in flat):
+    if not is_grad_enabled() or all(t.stop_gradient for t in flat):
         out = run_local([t._local_value() for t in flat], plan.ctx)
-        if plan.single and not isinstance(out, (tuple, list)) and out.shape == plan.out_local[0]:
-            outs = _core().dtensor_from_local(out, plan.mesh, plan.out_paddle[0])   # checked, wrapped
-        else:
-            out, multi = _as_tuple(out)
-            _check_local_plan(op, plan, out)
-            wrapped = _wrap(plan, out)
-            outs = tuple(wrapped) if multi else wrapped[0]
+        outs = _wrap_checked(op, plan, out)
     elif NATIVE_AUTOGRAD and plan.native_hints() is not None:
         outs = _run_native(plan, op, flat, flat, run_local)
     else:
-        outs = _pylayer().apply(Call(op, slots, attrs, run_local, plan), *flat)
+        outs = _pylayer().apply(Call(op, list(slots), attrs, run_local, plan), *flat)
     if _ACTIVE:
-        record_dispatch(Call(op, slots, attrs, run_local, plan))
+        record_dispatch(Call(op, list(slots), attrs, run_local, plan))
     return outs
 
 

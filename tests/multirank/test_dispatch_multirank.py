@@ -59,6 +59,9 @@ def test_gradient_fix_mean_fix_audit_and_errors(tmp_path):
         b = r["bad"]
         assert "different meshes" in b["meshes"] and "reshard" in b["meshes"]
         assert "no_such_op" in b["norule"] and "register_spmd_rule" in b["norule"]
+        assert b["m21"] == {"mesh": [2, 1], "local": [2, 4], "err": 0.0}, b["m21"]
+        assert b["m12"] == {"mesh": [1, 2], "local": [4, 4], "err": 0.0}, b["m12"]
+        assert "different meshes" in b["mesh_shapes"], b["mesh_shapes"]
 
 
 def test_to_static_training_matches_dense(tmp_path):
