@@ -274,14 +274,18 @@ def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
                 return _run_fast(rt[2], plan, op, slots, attrs, run_local)
             if no_grad or not rt[2]():
                 out = run_local([t._local_value() for t in slots], plan.ctx)
-                if plan.single and not isinstance(out, (tuple, list)) and out.shape == plan.out_local[0]:
-                    outs = rt[3](out, plan.mesh, plan.out_paddle[0])   # local shape checked, wrapped
-                else:
-                    outs = _wrap_checked(op, plan, out)
-            elif NATIVE_AUTOGRAD and plan.native_hints() is not None:
-                outs = _run_native(plan, op, slots, slots, run_local)
+            elif NATIVE_AUTOGRAD and (plan._native if plan._native is not False else plan.native_hints()) is not None:
+                # Paddle's autograd (see _run_native), inline: the common differentiable call
+                to_local, mesh = rt[4], plan.mesh
+                out = run_local([to_local(t, mesh, h) if not t.stop_gradient else t._local_value()
+                                 for t, h in zip(slots, plan._native)], plan.ctx)
+            else:   # the PyLayer
+                return _finish(_pylayer().apply(Call(op, list(slots), attrs, run_local, plan), *slots),
+                               op, slots, attrs, run_local, plan)
+            if plan.single and not isinstance(out, (tuple, list)) and out.shape == plan.out_local[0]:
+                outs = rt[3](out, plan.mesh, plan.out_paddle[0])   # local shape checked, wrapped
             else:
-                outs = _pylayer().apply(Call(op, list(slots), attrs, run_local, plan), *slots)
+                outs = _wrap_checked(op, plan, out)
             if _ACTIVE:
                 record_dispatch(Call(op, list(slots), attrs, run_local, plan))
             return outs
@@ -334,12 +338,14 @@ def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
 
 
 # -- dygraph fast path -----------------------------------------------------------------------------------
-_RT: list = []   # Paddle's Tensor, in_dynamic_mode, is_grad_enabled, dtensor_from_local; looked up once
+_RT: list = []   # Paddle's Tensor, in_dynamic_mode, is_grad_enabled, dtensor_from/to_local; looked up once
 
 
 def _runtime() -> list:
     paddle = cd._paddle()
-    _RT.extend((paddle.Tensor, paddle.in_dynamic_mode, paddle.is_grad_enabled, paddle.base.core.dtensor_from_local))
+    core = paddle.base.core
+    _RT.extend((paddle.Tensor, paddle.in_dynamic_mode, paddle.is_grad_enabled, core.dtensor_from_local,
+                core.dtensor_to_local))
     _HAS_PSTR.append(hasattr(paddle.Tensor, "_placements_str"))
     return _RT
 
@@ -421,6 +427,12 @@ def _wrap_checked(op, plan, out):
     _check_local_plan(op, plan, out)
     wrapped = _wrap(plan, out)
     return tuple(wrapped) if multi else wrapped[0]
+
+
+def _finish(outs, op, slots, attrs, run_local, plan):
+    if _ACTIVE:
+        record_dispatch(Call(op, list(slots), attrs, run_local, plan))
+    return outs
 
 
 def _run_fast(is_grad_enabled, plan, op, slots, attrs, run_local):
