@@ -39,6 +39,15 @@ def _step_losses(per_rank):
     return np.mean(np.array(rows), axis=0)
 
 
+def _launch(cfgs, nproc, log_dir, timeout=240):
+    """Train every config of ``cfgs`` in order in one launch of ``nproc`` ranks; returns
+    ``(names, cfgs, results)`` with ``results[rank][i]`` for ``names[i]``."""
+    names = list(cfgs)
+    results = run_ranks(sr.train_many, nproc=nproc, args=([cfgs[n] for n in names],), timeout=timeout,
+                        log_dir=log_dir)
+    return names, cfgs, results
+
+
 def _check(results, names, cfgs, only=None):
     """Relative loss error per config of ``names`` (the launch's order), for those in ``only``."""
     report = {}
@@ -62,10 +71,7 @@ def mlp_run(tmp_path_factory):
     cfgs["R->P on stage 1"] = {**PP2, "schedule": "FThenB", "acc": 2, "r_to_p": True, "mesh_1d": True}
     cfgs["R->P on stage 1, Paddle's function"] = {**cfgs["R->P on stage 1"], "paddle_r_to_p": True}
     cfgs["unknown"] = {**PP2, "schedule": "ZB-H3"}
-    names = list(cfgs)
-    results = run_ranks(sr.train_many, nproc=2, args=([cfgs[n] for n in names],), timeout=240,
-                        log_dir=tmp_path_factory.mktemp("static_mlp"))
-    return names, cfgs, results
+    return _launch(cfgs, 2, tmp_path_factory.mktemp("static_mlp"))
 
 
 def test_mlp_every_plan_matches_dense(mlp_run):
@@ -99,9 +105,7 @@ def test_unsplittable_backward_falls_back_with_a_reason(tmp_path):
     # process gets wrong updates (see docs/static_engine.md, "Left out")
     cfgs = {"ZBH1 unsplittable": {**PP2, "schedule": "ZBH1", "model": "scale"},
             "ZBV unsplittable": {**V2, "schedule": "ZBV", "model": "scale"}}
-    names = list(cfgs)
-    results = run_ranks(sr.train_many, nproc=2, args=([cfgs[n] for n in names],), timeout=240,
-                        log_dir=tmp_path / "log")
+    names, _, results = _launch(cfgs, 2, tmp_path / "log")
     _check(results, names, cfgs)
     logs = [line for r in results for line in r[names.index("ZBH1 unsplittable")]["log"]]
     assert any("backward not split into B and W, running full backward: no backward op computes only "
@@ -117,10 +121,7 @@ def test_unknown_schedule_mode_lists_the_available_ones(mlp_run):
 
 
 def test_transformer_every_plan_matches_dense(tmp_path):
-    cfgs = _configs("transformer")
-    names = list(cfgs)
-    results = run_ranks(sr.train_many, nproc=2, args=([cfgs[n] for n in names],), timeout=240,
-                        log_dir=tmp_path / "log")
+    names, cfgs, results = _launch(_configs("transformer"), 2, tmp_path / "log")
     _check(results, names, cfgs)
 
 
@@ -131,10 +132,7 @@ def four_rank_run(tmp_path_factory):
     cfgs = {"world group again": {"check": "world_group_again"},
             "DP+TP mlp": {**ONE_STAGE, "dp": 2, "tp": 2},
             "DP+TP transformer": {**ONE_STAGE, "dp": 2, "tp": 2, "model": "transformer"}}
-    names = list(cfgs)
-    results = run_ranks(sr.train_many, nproc=4, args=([cfgs[n] for n in names],), timeout=300,
-                        log_dir=tmp_path_factory.mktemp("static_4rank"))
-    return names, cfgs, results
+    return _launch(cfgs, 4, tmp_path_factory.mktemp("static_4rank"), timeout=300)
 
 
 def test_dp_tp_on_4_ranks_matches_dense(four_rank_run):
