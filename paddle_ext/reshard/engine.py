@@ -193,10 +193,15 @@ def _slab_axis(boxes: list, want) -> int | None:
     return axis if at == want[axis][0] + want[axis][1] else None
 
 
+def _writes_in_place(be) -> bool:
+    """The backend can hand out views of an output and receive into them."""
+    return hasattr(be, "view") and hasattr(be, "recv_into")
+
+
 def _direct(be, want, like, incoming_boxes: dict):
     """A fresh output for box ``want`` and, per peer sending one piece, the contiguous view of
     it the piece is received into (backends with ``view``/``recv_into`` only; else None)."""
-    if not (hasattr(be, "view") and hasattr(be, "recv_into")):
+    if not _writes_in_place(be):
         return None, None
     out = be.empty(box_shape(want), like)
     targets = {}
@@ -240,6 +245,7 @@ def _all_gather(be, geo, step, local):
     shapes = [box_shape(bx) for bx in boxes]
     others = [r for r in ranks if r != be.rank]
     incoming = {r: [(shapes[j], local)] for j, r in enumerate(ranks) if r != be.rank}
+    their_boxes = {r: [boxes[j]] for j, r in enumerate(ranks) if r != be.rank}
     axis = _slab_axis(boxes, want)
     if (len(set(shapes)) == 1 and box_numel(mine) and axis is not None and hasattr(be, "all_gather_into")
             and _numel(box_shape(want)[:axis]) == 1):
@@ -247,11 +253,10 @@ def _all_gather(be, geo, step, local):
         out = be.empty(box_shape(want), local)
         if be.all_gather_into(out, local, ranks):
             return out
-    out, targets = _direct(be, want, local, {r: [boxes[j]] for j, r in enumerate(ranks) if r != be.rank})
+    out, targets = _direct(be, want, local, their_boxes)
     if out is not None:
         got = exchange(be, ranks, {r: [local] for r in others}, incoming, targets)
-        return _fill(be, out, want, [(mine, local)], targets, got,
-                     {r: [boxes[j]] for j, r in enumerate(ranks) if r != be.rank})
+        return _fill(be, out, want, [(mine, local)], targets, got, their_boxes)
     got = exchange(be, ranks, {r: [local] for r in others}, incoming)
     parts = [local if r == be.rank else got[r][0] for r in ranks]
     return _assemble(be, want, list(zip(boxes, parts)), local)
@@ -266,30 +271,19 @@ def _all_reduce(be, geo, step, local):
     n = len(ranks)
     red = "sum" if op == "avg" else op
     out = be.all_reduce(local, red, ranks)
-    if out is None and n > 1 and hasattr(be, "recv_into"):
-        shape = box_shape(geo.spec(step.mesh, step.src).local_slices(c))
-        out = _all_reduce_direct(be, local, red, ranks, c[m], shape)
     if out is None:
-        shape, flat = box_shape(geo.spec(step.mesh, step.src).local_slices(c)), be.flat(local)
-        sizes = list(chunk_sizes(be.numel(flat), n))
-        chunks = be.split_flat(flat, sizes)
-        k = c[m]
-        got = exchange(be, ranks, {r: [chunks[j]] for j, r in enumerate(ranks) if j != k},
-                       {r: [((sizes[k],), flat)] for j, r in enumerate(ranks) if j != k})
-        mine = _reduce_all(be, [chunks[k] if j == k else got[r][0] for j, r in enumerate(ranks)], red)
-        got = exchange(be, ranks, {r: [mine] for j, r in enumerate(ranks) if j != k},
-                       {r: [((sizes[j],), flat)] for j, r in enumerate(ranks) if j != k})
-        full = [mine if j == k else got[r][0] for j, r in enumerate(ranks)]
-        out = be.reshape(be.concat_flat(full, flat) if n > 1 else mine, shape)
+        shape = box_shape(geo.spec(step.mesh, step.src).local_slices(c))
+        out = _all_reduce_p2p(be, local, red, ranks, c[m], shape)
     return be.divide(out, n) if op == "avg" else out
 
 
-def _all_reduce_direct(be, local, op, ranks, k, shape):
-    """Reduce-scatter by point-to-point, then all-gather straight into a fresh output.
+def _all_reduce_p2p(be, local, op, ranks, k, shape):
+    """Reduce-scatter by point-to-point, then all-gather the reduced chunks.
 
     The source is only read (its chunks are sent as views); this rank's chunk is reduced in
-    rank order into a buffer of ours, and the reduced chunks are gathered into the output in
-    place (one gloo all_gather when the chunks are equal, else received into their slots).
+    rank order into a buffer of ours. A backend with ``recv_into`` gathers the chunks straight
+    into a fresh output (one gloo all_gather when the chunks are equal, else each received into
+    its slot); otherwise they are concatenated.
     """
     flat, n = be.flat(local), len(ranks)
     sizes = list(chunk_sizes(be.numel(flat), n))
@@ -298,6 +292,11 @@ def _all_reduce_direct(be, local, op, ranks, k, shape):
     got = exchange(be, ranks, {r: [src[j]] for j, r in others}, {r: [((sizes[k],), flat)] for j, r in others})
     mine = _reduce_all(be, [src[j] if j == k else got[r][0] for j, r in enumerate(ranks)], op,
                        owned=0 if k else 1)
+    if n == 1 or not hasattr(be, "recv_into"):
+        # (with n == 1 too: an exchange is a lockstep round every rank of the backend walks)
+        got = exchange(be, ranks, {r: [mine] for j, r in others}, {r: [((sizes[j],), flat)] for j, r in others})
+        full = [mine if j == k else got[r][0] for j, r in enumerate(ranks)]
+        return be.reshape(be.concat_flat(full, flat) if n > 1 else mine, shape)
     # a flat output, shaped at the end: writing through ``reshape(out)`` left ``out`` unwritten in
     # the 2x2 demo (garbage losses), so Paddle's reshape cannot be relied on to return a view
     out = be.empty((sum(sizes),), local)
@@ -338,7 +337,7 @@ def _all_to_all(be, geo, step, local):
     base = c[:m] + (0,) + c[m + 1:]
     k, have, want = c[m], a.local_slices(c), b.local_slices(c)
     outgoing, incoming, places, placed = {}, {}, {}, []
-    direct = hasattr(be, "view") and hasattr(be, "recv_into")
+    direct = _writes_in_place(be)
     for j, t, box in group_pieces(a, b, m, base):
         if j == k and t == k:  # stays here: written straight into the output when we can
             placed.append((box, be.view(local, relative(box, have)) if direct else be.take(local, relative(box, have))))
