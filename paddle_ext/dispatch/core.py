@@ -253,37 +253,22 @@ def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
     if rt[1]():   # dygraph: the fast path when every slot is a DistTensor on one mesh
         fk = _fast_key(rt[0], op, slots, attrs)
         if fk is not None:
-            key, first, pm, no_grad = fk
-            try:
-                plans = _FAST.get(key)
-            except TypeError:   # a list attribute: normalise (the rules take tuples), key again
-                attrs = _norm_attrs(attrs)
-                key = (op, tuple(attrs.items())) + key[2:]
-                if not _hashable(key):
-                    key = None
-                plans = _FAST.get(key) if key is not None else None
-            plan = None
-            if plans is not None:
-                for p in plans:   # one per mesh seen with this key; usually one
-                    if pm == p.cmesh:
-                        plan = p
-                        break
-            if plan is None:
-                plan = _make_fast_plan(key, op, slots, attrs, first)
+            plan, attrs = _cached_fast_plan(op, slots, attrs, fk)
             if plan.reshards:
-                return _run_fast(rt[2], plan, op, slots, attrs, run_local)
-            if no_grad or not rt[2]():
+                return _run_fast(plan, op, slots, attrs, run_local, no_grad=fk[3])
+            # _run_fast's three routes, inline for the common call (no reshard): the extra call
+            # layers cost ~1.5 us of a ~60 us small op (tools/bench_dispatch.py)
+            if fk[3] or not rt[2]():   # no input requires grad, or grad is off
                 out = run_local([t._local_value() for t in slots], plan.ctx)
-            elif NATIVE_AUTOGRAD and (plan._native if plan._native is not False else plan.native_hints()) is not None:
-                # Paddle's autograd (see _run_native), inline: the common differentiable call
-                to_local, mesh = rt[4], plan.mesh
+            elif NATIVE_AUTOGRAD and plan.native_hints() is not None:
+                to_local, mesh = rt[3], plan.mesh
                 out = run_local([to_local(t, mesh, h) if not t.stop_gradient else t._local_value()
                                  for t, h in zip(slots, plan._native)], plan.ctx)
             else:   # the PyLayer
                 return _finish(_pylayer().apply(Call(op, list(slots), attrs, run_local, plan), *slots),
                                op, slots, attrs, run_local, plan)
             if plan.single and not isinstance(out, (tuple, list)) and out.shape == plan.out_local[0]:
-                outs = rt[3](out, plan.mesh, plan.out_paddle[0])   # local shape checked, wrapped
+                outs = rt[4](out, plan.mesh, plan.out_paddle[0])   # local shape checked, wrapped
             else:
                 outs = _wrap_checked(op, plan, out)
             if _ACTIVE:
@@ -338,14 +323,14 @@ def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
 
 
 # -- dygraph fast path -----------------------------------------------------------------------------------
-_RT: list = []   # Paddle's Tensor, in_dynamic_mode, is_grad_enabled, dtensor_from/to_local; looked up once
+_RT: list = []   # Paddle's Tensor, in_dynamic_mode, is_grad_enabled, dtensor_to/from_local; looked up once
 
 
 def _runtime() -> list:
     paddle = cd._paddle()
     core = paddle.base.core
-    _RT.extend((paddle.Tensor, paddle.in_dynamic_mode, paddle.is_grad_enabled, core.dtensor_from_local,
-                core.dtensor_to_local))
+    _RT.extend((paddle.Tensor, paddle.in_dynamic_mode, paddle.is_grad_enabled, core.dtensor_to_local,
+                core.dtensor_from_local))
     _HAS_PSTR.append(hasattr(paddle.Tensor, "_placements_str"))
     return _RT
 
@@ -404,25 +389,39 @@ def _make_fast_plan(key, op, slots, attrs, first) -> Plan:
     return plan
 
 
+def _cached_fast_plan(op, slots, attrs, fk):
+    """``(plan, attrs)`` for a fast-path call keyed by ``fk`` (:func:`_fast_key`): the cached
+    plan whose mesh equals the inputs' (one per mesh seen with this key; usually one), else a new
+    one. A list attribute is normalised to a tuple (the rules take tuples) and the key rebuilt; an
+    attribute that still cannot be hashed gets a plan that is not cached."""
+    key, first, pm, _ = fk
+    try:
+        plans = _FAST.get(key, ())
+    except TypeError:
+        attrs = _norm_attrs(attrs)
+        key = (op, tuple(attrs.items())) + key[2:]
+        if not _hashable(key):
+            key = None
+        plans = _FAST.get(key, ()) if key is not None else ()
+    for p in plans:
+        if pm == p.cmesh:
+            return p, attrs
+    return _make_fast_plan(key, op, slots, attrs, first), attrs
+
+
 def _fast_plan(paddle, op, slots, attrs):
     """The cached plan :func:`dispatch`'s fast path uses for these slots, or None when the call
     takes the general path (tests and benchmarks inspect plans through this)."""
     rt = _RT or _runtime()
-    if attrs:
-        attrs = _norm_attrs(attrs)
     fk = _fast_key(rt[0], op, slots, attrs)
-    if fk is None:
-        return None
-    key, first, pm, _ = fk
-    if not _hashable(key):
-        return None
-    for p in _FAST.get(key, ()):
-        if pm == p.cmesh:
-            return p
-    return _make_fast_plan(key, op, slots, attrs, first)
+    return None if fk is None else _cached_fast_plan(op, slots, attrs, fk)[0]
 
 
 def _wrap_checked(op, plan, out):
+    """The local result(s) as DistTensors with the plan's placements, after checking this rank's
+    local shapes against the rule's claim."""
+    if plan.single and not isinstance(out, (tuple, list)) and out.shape == plan.out_local[0]:
+        return _core().dtensor_from_local(out, plan.mesh, plan.out_paddle[0])   # checked, wrapped
     out, multi = _as_tuple(out)
     _check_local_plan(op, plan, out)
     wrapped = _wrap(plan, out)
@@ -435,21 +434,21 @@ def _finish(outs, op, slots, attrs, run_local, plan):
     return outs
 
 
-def _run_fast(is_grad_enabled, plan, op, slots, attrs, run_local):
-    """The fast path's plans that reshard an input first."""
+def _run_fast(plan, op, slots, attrs, run_local, no_grad: bool):
+    """A fast-path call whose plan reshards an input: the reshards, then the local op wrapped
+    without autograd (``no_grad``: no input requires grad; or grad is off), through Paddle's
+    autograd where that is exact, or through the PyLayer. A reshard keeps its input's
+    ``stop_gradient``, so ``no_grad`` holds for the resharded inputs too."""
     flat = list(slots)
     for i, pls in plan.reshards:
         flat[i] = _reshard(flat[i], plan.mesh, pls, False)
-    if not is_grad_enabled() or all(t.stop_gradient for t in flat):
-        out = run_local([t._local_value() for t in flat], plan.ctx)
-        outs = _wrap_checked(op, plan, out)
+    if no_grad or not _RT[2]():
+        outs = _wrap_checked(op, plan, run_local([t._local_value() for t in flat], plan.ctx))
     elif NATIVE_AUTOGRAD and plan.native_hints() is not None:
         outs = _run_native(plan, op, flat, flat, run_local)
     else:
         outs = _pylayer().apply(Call(op, list(slots), attrs, run_local, plan), *flat)
-    if _ACTIVE:
-        record_dispatch(Call(op, list(slots), attrs, run_local, plan))
-    return outs
+    return _finish(outs, op, slots, attrs, run_local, plan)
 
 
 def _run_native(plan, op, slots, flat, run_local):
@@ -458,18 +457,11 @@ def _run_native(plan, op, slots, flat, run_local):
     with them, so a replicated input consumed locally gets ``P(sum)``), the local op, and
     ``dtensor_from_local`` (whose backward reshards ``dy`` to the output's placements). Only for
     plans where that is exact (:meth:`Plan.native_hints`)."""
-    core = _core()
-    to_local = core.dtensor_to_local
-    mesh = plan.mesh
+    to_local, mesh = _core().dtensor_to_local, plan.mesh
     lin = [to_local(t, mesh, h) if not t.stop_gradient else t._local_value()
            for t, h in zip(flat, plan._native)]
     out = run_local(lin if slots is flat else restructure(slots, lin), plan.ctx)
-    if plan.single and not isinstance(out, (tuple, list)) and out.shape == plan.out_local[0]:
-        return core.dtensor_from_local(out, mesh, plan.out_paddle[0])   # checked, wrapped
-    out, multi = _as_tuple(out)
-    _check_local_plan(op, plan, out)
-    wrapped = _wrap(plan, out)
-    return tuple(wrapped) if multi else wrapped[0]
+    return _wrap_checked(op, plan, out)
 
 
 _CORE: list = []
@@ -764,10 +756,7 @@ def _run_dygraph(call: Call, flat: list):
         slots = call.slots
         local = lin if len(slots) == len(lin) and not any(isinstance(v, (list, tuple)) or v is None for v in slots) \
             else restructure(slots, lin)
-        out, multi = _as_tuple(call.run_local(local, call.plan.ctx))
-        _check_local(call, out)
-        wrapped = _wrap(call.plan, out)
-        return tuple(wrapped) if multi else wrapped[0]
+        return _wrap_checked(call.op, call.plan, call.run_local(local, call.plan.ctx))
     if NATIVE_AUTOGRAD and call.plan.native_hints() is not None:
         return _run_native(call.plan, call.op, call.slots, flat, call.run_local)
     return _pylayer().apply(call, *flat)
