@@ -259,16 +259,15 @@ def bad_inputs():
     # same (global shape, placements) key; each needs its own plan (2x1: split in two, 1x2: whole)
     a = np.arange(16, dtype="float32").reshape(4, 4)
     pls = [dist.Shard(0), dist.Replicate()]
+    inputs = {}
     for name, m in (("m21", dist.ProcessMesh([[0], [1]], dim_names=["a", "b"])),
                     ("m12", dist.ProcessMesh([[0, 1]], dim_names=["a", "b"]))):
-        t = dist.shard_tensor(paddle.to_tensor(a), m, pls)
+        t = inputs[name] = dist.shard_tensor(paddle.to_tensor(a), m, pls)
         r = pd.dispatch("add", [t, t], {}, lambda v, c: v[0] + v[1])
         out[name] = {"mesh": list(r.process_mesh.shape), "local": list(r._local_value().shape),
                      "err": float(np.max(np.abs(_full(r, m) - 2 * a)))}
-    x21 = dist.shard_tensor(paddle.to_tensor(a), dist.ProcessMesh([[0], [1]], dim_names=["a", "b"]), pls)
-    x12 = dist.shard_tensor(paddle.to_tensor(a), dist.ProcessMesh([[0, 1]], dim_names=["a", "b"]), pls)
     try:
-        pd.dispatch("add", [x21, x12], {}, lambda v, c: v[0] + v[1])
+        pd.dispatch("add", [inputs["m21"], inputs["m12"]], {}, lambda v, c: v[0] + v[1])
         out["mesh_shapes"] = "no error"
     except pd.DispatchError as exc:
         out["mesh_shapes"] = str(exc)
