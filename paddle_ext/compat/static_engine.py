@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import logging
 
-from ..errors import CompatError, ScheduleError
+from ..errors import ScheduleError
 from .fixes import Fix, _cpu_only, apply_fixes, revert_fixes
 from .version import require_paddle
 
@@ -299,50 +299,20 @@ _GLOO_OPS = {}  # the loaded module, once per process
 
 def gloo_ops_dir() -> str:
     """Where the ops are built (``PADDLE_EXT_CACHE`` or ~/.cache/paddle_ext), per Paddle version."""
-    import hashlib
-    import os
+    from .cpp_build import build_dir
 
-    import paddle
-
-    root = os.environ.get("PADDLE_EXT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "paddle_ext")
-    digest = hashlib.sha1((GLOO_OPS_SOURCE + paddle.__version__).encode()).hexdigest()[:12]
-    return os.path.join(root, f"gloo_ops-{paddle.__version__}-{digest}")
+    return build_dir("gloo_ops", GLOO_OPS_SOURCE)
 
 
 def load_gloo_ops():
     """Build (first use, ~30 s, then cached) and load the gloo collective ops; returns the module.
 
-    Ranks of one launch share the build through a file lock."""
-    if "module" in _GLOO_OPS:
-        return _GLOO_OPS["module"]
-    import fcntl
-    import os
+    Ranks of one launch share the build through a file lock (:mod:`.cpp_build`)."""
+    if "module" not in _GLOO_OPS:
+        from .cpp_build import build_and_load
 
-    from paddle.utils.cpp_extension import load
-    from paddle.utils.cpp_extension.extension_utils import _import_module_from_library
-
-    build = gloo_ops_dir()
-    os.makedirs(build, exist_ok=True)
-    library = os.path.join(build, GLOO_OPS_NAME, GLOO_OPS_NAME + ".so")
-    try:
-        if not os.path.exists(library):  # build once; ranks of one launch wait for the first
-            with open(os.path.join(build, ".lock"), "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                try:
-                    if not os.path.exists(library):
-                        source = os.path.join(build, GLOO_OPS_NAME + ".cc")
-                        with open(source, "w") as f:
-                            f.write(GLOO_OPS_SOURCE)
-                        logger.info("building paddle-ext's gloo ops in %s (first use only)", build)
-                        load(name=GLOO_OPS_NAME, sources=[source], build_directory=build)
-                finally:
-                    fcntl.flock(lock, fcntl.LOCK_UN)
-        module = _import_module_from_library(GLOO_OPS_NAME, os.path.dirname(library))
-    except Exception as exc:  # a compiler problem: say what is needed
-        raise CompatError(f"building paddle-ext's gloo ops failed ({type(exc).__name__}: {exc}); they need "
-                          f"g++ and Paddle's headers (paddle/include); build dir {build}") from exc
-    _GLOO_OPS["module"] = module
-    return module
+        _GLOO_OPS["module"] = build_and_load(GLOO_OPS_NAME, GLOO_OPS_SOURCE, "gloo_ops", "gloo ops")
+    return _GLOO_OPS["module"]
 
 
 def comm_key(ranks) -> str:
