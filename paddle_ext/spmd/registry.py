@@ -238,7 +238,12 @@ class SpmdRule:
         except TypeError:  # unhashable argument (a tensor list, nested lists): bind first
             key = ikey = None
         targs, avals = self.bind(specs, attrs)
-        res = self._cached(targs, avals)
+        try:
+            res = self._cached(targs, avals)
+        except TypeError:
+            if is_hashable((targs, avals)):
+                raise
+            res = self._infer_uncached(targs, avals)   # an attribute such as a nested list: no cache
         if key is not None and len(self._front) < 8192:
             self._front[key] = res
             self._by_id[ikey] = (tuple(specs), res)
@@ -383,6 +388,15 @@ REGISTRY = Registry()
 def register_spmd_rule(op: str, override: bool = False):
     """Decorator registering a rule function into paddle-ext's registry."""
     return REGISTRY.register(op, override)
+
+
+def is_hashable(value) -> bool:
+    """True when ``value`` can key a dict (the rule and dispatch caches)."""
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=1)
