@@ -6,6 +6,7 @@ Reports the Paddle version and build, numpy, the communication backend, each com
 from __future__ import annotations
 
 import json
+import os
 import platform
 
 
@@ -51,6 +52,14 @@ def collect() -> dict:
     from ..compat.registries import probe_all
 
     report["registries"] = probe_all()
+    from ..compat import fast_key
+
+    report["dispatch_key"] = {
+        "built": fast_key.is_built(),
+        "detail": ("compiled (C++), cached" if fast_key.is_built() else
+                   "Python for now; the compiled key is built on the first dispatched call (~25 s, once)"),
+        "disabled": os.environ.get("PADDLE_EXT_FAST_KEY", "1") == "0",
+    }
     report["usable"] = bool(
         supported
         and all(r["found"] for r in report["registries"].values())
@@ -74,6 +83,9 @@ def _print_text(report: dict) -> None:
             print(f"registry {name:<26} ok   {r['where']}  {extra}")
         else:
             print(f"registry {name:<26} MISSING  {r['error']}")
+    if "dispatch_key" in report:
+        k = report["dispatch_key"]
+        print(f"dispatch key: {'off (PADDLE_EXT_FAST_KEY=0)' if k['disabled'] else k['detail']}")
     print("usable: yes" if report["usable"] else "usable: NO (see above)")
 
 

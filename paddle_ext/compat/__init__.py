@@ -4,6 +4,8 @@
 * :mod:`.convert`    -- lossless placements <-> Paddle placements / TensorDistAttr conversion.
 * :mod:`.fixes`      -- named fixes for Paddle on CPU/gloo, applied by ``install()``.
 * :mod:`.registries` -- Paddle's reshard, pass, pipelining and SPMD registries.
+* :mod:`.cpp_build`  -- builds and caches paddle-ext's C++ pieces with Paddle's cpp_extension.
+* :mod:`.fast_key`   -- the dispatch plan-cache key read in C++ from the DistTensors.
 
 Importing this package imports no Paddle; each function imports it when called.
 """

@@ -21,7 +21,9 @@ One call of a dispatched op does, in order:
 A dygraph call whose tensor slots are all DistTensors takes a fast path: one dict lookup keyed by
 op, attributes and each input's global shape, placements and mesh finds the cached plan, so a
 repeated call does only the local views, the local op and the wrapping (no autograd machinery
-when no input requires grad or grad is disabled).
+when no input requires grad or grad is disabled). The key is read in C++ by
+:mod:`paddle_ext.compat.fast_key` once that is built (built in the background on first use),
+else by :func:`_fast_key` from Paddle's Python getters; both give the same plans.
 
 Inside ``dist.to_static`` an output the rule claims ``Partial`` would get a wrong gradient from
 PIR's ``dtensor_from_local`` backward (measured: step-2 loss 20.7 vs dense 59.6), so there the
@@ -35,8 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..compat import dispatch as cd
+from ..compat import fast_key
 from ..errors import ShardingRuleError
 from ..placements import DistSpec, Partial, Replicate, Shard, format_placements
+from ..spmd.registry import is_hashable
 from .audit import _ACTIVE, record_dispatch
 from .grad import GradPlan, grad_plan
 
@@ -238,7 +242,9 @@ def has_dist(slots) -> bool:
 
 _PLANS: dict = {}
 _PLAN_LIMIT = 4096
-_FAST: dict = {}      # fast-path key -> [Plan per mesh] (flat slots of DistTensors, dygraph)
+_FAST: dict = {}      # Python fast-path key -> [Plan per mesh] (flat slots of DistTensors, dygraph)
+_CPLANS: dict = {}    # (op, attributes, compiled key bytes) -> Plan (the key holds the mesh)
+_KEY = fast_key.KEY   # [the compiled key function, or None: the Python key serves]
 NATIVE_AUTOGRAD = True  # False: every differentiable dygraph call takes the PyLayer (tests compare both)
 _HAS_PSTR: list = []  # [bool]: Paddle's Tensor has _placements_str (3.3); else the placement objects
 
@@ -251,24 +257,39 @@ def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
     """
     rt = _RT or _runtime()
     if rt[1]():   # dygraph: the fast path when every slot is a DistTensor on one mesh
-        fk = _fast_key(rt[0], op, slots, attrs)
-        if fk is not None:
-            plan, attrs = _cached_fast_plan(op, slots, attrs, fk)
+        plan = None
+        ck = _KEY[0]
+        if ck is not None:   # the compiled key (compat.fast_key); a hit is one dict lookup
+            k = ck(slots)
+            if k is not None:
+                no_grad = k[1]
+                try:
+                    plan = _CPLANS.get((op, tuple(attrs.items()) if attrs else (), k[0]))
+                except TypeError:   # an unhashable attribute: _compiled_plan normalises it
+                    pass
+                if plan is None:
+                    plan, attrs = _compiled_plan(op, slots, attrs, k[0])
+        else:
+            fk = _fast_key(rt[0], op, slots, attrs)
+            if fk is not None:
+                plan, attrs = _cached_fast_plan(op, slots, attrs, fk)
+                no_grad = fk[3]
+        if plan is not None:
             if plan.reshards:
-                return _run_fast(plan, op, slots, attrs, run_local, no_grad=fk[3])
+                return _run_fast(plan, op, slots, attrs, run_local, no_grad=no_grad)
             # _run_fast's three routes, inline for the common call (no reshard): the extra call
             # layers cost ~1.5 us of a ~60 us small op (tools/bench_dispatch.py)
-            if fk[3] or not rt[2]():   # no input requires grad, or grad is off
+            if no_grad or not rt[2]():   # no input requires grad, or grad is off
                 out = run_local([t._local_value() for t in slots], plan.ctx)
             elif NATIVE_AUTOGRAD and plan.native_hints() is not None:
-                to_local, mesh = rt[3], plan.mesh
+                to_local, mesh = rt[3], plan.cmesh
                 out = run_local([to_local(t, mesh, h) if not t.stop_gradient else t._local_value()
                                  for t, h in zip(slots, plan._native)], plan.ctx)
             else:   # the PyLayer
                 return _finish(_pylayer().apply(Call(op, list(slots), attrs, run_local, plan), *slots),
                                op, slots, attrs, run_local, plan)
             if plan.single and not isinstance(out, (tuple, list)) and out.shape == plan.out_local[0]:
-                outs = rt[4](out, plan.mesh, plan.out_paddle[0])   # local shape checked, wrapped
+                outs = rt[4](out, plan.cmesh, plan.out_paddle[0])   # local shape checked, wrapped
             else:
                 outs = _wrap_checked(op, plan, out)
             if _ACTIVE:
@@ -332,19 +353,12 @@ def _runtime() -> list:
     _RT.extend((paddle.Tensor, paddle.in_dynamic_mode, paddle.is_grad_enabled, core.dtensor_to_local,
                 core.dtensor_from_local))
     _HAS_PSTR.append(hasattr(paddle.Tensor, "_placements_str"))
+    fast_key.start()   # loads the compiled key, or builds it in the background
     return _RT
 
 
 def _norm_attrs(attrs: dict) -> dict:
     return {k: tuple(v) if isinstance(v, list) else v for k, v in attrs.items()}  # hashable: caches
-
-
-def _hashable(key) -> bool:
-    try:
-        hash(key)
-    except TypeError:
-        return False
-    return True
 
 
 def _fast_key(Tensor, op, slots, attrs):
@@ -378,12 +392,36 @@ def _fast_key(Tensor, op, slots, attrs):
     return tuple(key), first, pm0, no_grad
 
 
-def _make_fast_plan(key, op, slots, attrs, first) -> Plan:
-    plan = _make_plan(op, list(slots), attrs, list(slots), first.process_mesh, False)
+def _compiled_plan(op, slots, attrs, kb: bytes):
+    """``(plan, attrs)`` for a call whose compiled key (:mod:`paddle_ext.compat.fast_key`) is
+    ``kb``: the cached plan, else a new one. The key holds the mesh exactly, so one plan per key.
+    A list attribute is normalised to a tuple (the rules take tuples); an attribute that still
+    cannot be hashed gets a plan that is not cached."""
+    attrs = _norm_attrs(attrs) if attrs else attrs
+    key = (op, tuple(attrs.items()) if attrs else (), kb)
+    if not is_hashable(key):
+        return _new_fast_plan(op, slots, attrs), attrs
+    plan = _CPLANS.get(key)
+    if plan is None:
+        plan = _new_fast_plan(op, slots, attrs)
+        if len(_CPLANS) < _PLAN_LIMIT:
+            _CPLANS[key] = plan
+    return plan, attrs
+
+
+def _new_fast_plan(op, slots, attrs) -> Plan:
+    """A fast-path plan: :func:`_make_plan` plus ``cmesh``, the mesh as an owned C++
+    ProcessMesh. The inline routes hand it to ``dtensor_to_local``/``dtensor_from_local`` (about
+    1 us cheaper per call than converting the Python mesh), and the Python key compares meshes
+    with its ``==`` (Paddle's: shape and ids; the Python mesh's own ``__eq__`` is slower)."""
+    plan = _make_plan(op, list(slots), attrs, list(slots), slots[0].process_mesh, False)
     m = plan.mesh
-    # an owned C++ mesh: ``==`` between two of them is Paddle's (shape and ids); the Python
-    # ProcessMesh would take over the comparison with its own, slower ``__eq__``
     plan.cmesh = _core().ProcessMesh(list(m.shape), list(m.process_ids), list(m.dim_names))
+    return plan
+
+
+def _make_fast_plan(key, op, slots, attrs) -> Plan:
+    plan = _new_fast_plan(op, slots, attrs)
     if key is not None and len(_FAST) < _PLAN_LIMIT:
         _FAST.setdefault(key, []).append(plan)
     return plan
@@ -400,19 +438,23 @@ def _cached_fast_plan(op, slots, attrs, fk):
     except TypeError:
         attrs = _norm_attrs(attrs)
         key = (op, tuple(attrs.items())) + key[2:]
-        if not _hashable(key):
+        if not is_hashable(key):
             key = None
         plans = _FAST.get(key, ()) if key is not None else ()
     for p in plans:
         if pm == p.cmesh:
             return p, attrs
-    return _make_fast_plan(key, op, slots, attrs, first), attrs
+    return _make_fast_plan(key, op, slots, attrs), attrs
 
 
 def _fast_plan(paddle, op, slots, attrs):
     """The cached plan :func:`dispatch`'s fast path uses for these slots, or None when the call
     takes the general path (tests and benchmarks inspect plans through this)."""
     rt = _RT or _runtime()
+    ck = _KEY[0]
+    if ck is not None:
+        k = ck(slots)
+        return None if k is None else _compiled_plan(op, slots, attrs, k[0])[0]
     fk = _fast_key(rt[0], op, slots, attrs)
     return None if fk is None else _cached_fast_plan(op, slots, attrs, fk)[0]
 

@@ -126,15 +126,17 @@ def _full(t, mesh):
     return r._local_value().numpy()
 
 
-def ops_fwd_bwd(names, world):
-    """Run every op in ``names`` dense and distributed (under enable()); compare values and grads."""
+def ops_fwd_bwd(names, world, key):
+    """Run every op in ``names`` dense and distributed (under enable()); compare values and grads.
+    ``key``: the dispatcher's plan-cache key, "compiled" or "python" (compat.fast_key)."""
     import paddle
     import paddle.distributed as dist
     import paddle.nn.functional as F
 
     import paddle_ext.dispatch as pd
-    from paddle_ext.compat import to_paddle_placements
+    from paddle_ext.compat import fast_key, to_paddle_placements
 
+    fast_key.use(key == "compiled")
     pd.enable()
     results = {}
     try:
@@ -328,9 +330,15 @@ def audit_before_after():
 
 
 def misc_checks():
-    """One launch for the small checks: gradient fix, bad inputs, uneven mean, audit."""
-    return {"grad": gradient_fix_vs_local_map(), "bad": bad_inputs(), "mean": mean_uneven(),
-            "audit": audit_before_after()}
+    """One launch for the small checks: gradient fix, bad inputs (with either plan-cache key),
+    uneven mean, audit."""
+    from paddle_ext.compat import fast_key
+
+    fast_key.use(False)
+    bad_python = bad_inputs()
+    fast_key.use(True)
+    return {"grad": gradient_fix_vs_local_map(), "bad": bad_inputs(), "bad_python_key": bad_python,
+            "mean": mean_uneven(), "audit": audit_before_after()}
 
 
 def _static_data():
