@@ -8,7 +8,9 @@ are timed interleaved, in blocks, in one run; each figure is the slower rank's. 
 outputs are checked to agree (global shape, placements, values). ``--write`` replaces the table
 in docs/dispatch.md.
 
-    /work/venv/bin/python tools/bench_dispatch.py [--calls 300] [--write]
+``--key python`` times the dispatcher with its Python cache key instead of the compiled one
+(``paddle_ext.compat.fast_key``, the default when it builds here).
+    /work/venv/bin/python tools/bench_dispatch.py [--calls 300] [--key compiled|python] [--write]
 """
 from __future__ import annotations
 
@@ -54,11 +56,13 @@ def _same(op: str, a, b) -> None:
         raise AssertionError(f"{op}: native and dispatched values differ by {np.abs(full[0] - full[1]).max()}")
 
 
-def bench_rank(calls: int):
+def bench_rank(calls: int, key: str = "compiled"):
     import paddle
     import paddle.distributed as dist
 
     import paddle_ext.dispatch as pd
+    from paddle_ext.compat import fast_key
+    fast_key.use(key == "compiled")
 
     mesh = dist.ProcessMesh([0, 1], dim_names=["x"])
     rows = []
@@ -102,14 +106,19 @@ def table(rows) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=300)
+    ap.add_argument("--key", choices=("compiled", "python"), default="compiled",
+                    help="the dispatcher's cache key: compiled (C++, built on first use) or python")
     ap.add_argument("--write", action="store_true", help="write the table into docs/dispatch.md")
     args = ap.parse_args(argv)
+    if args.key == "compiled":
+        from paddle_ext.compat import fast_key
+        fast_key.use(True)   # build it here once (first use ~25 s), not in the timed ranks
     load_before = os.getloadavg()
     sys.path.insert(0, HERE)
     from paddle_ext.testing import run_ranks
 
     import bench_dispatch as me
-    res = run_ranks(me.bench_rank, nproc=2, args=(args.calls,), timeout=600)
+    res = run_ranks(me.bench_rank, nproc=2, args=(args.calls, args.key), timeout=600)
     rows = res[0]
     for r, r1 in zip(rows, res[1]):   # the slower rank's figure: they run in lockstep
         r["native_us"] = max(r["native_us"], r1["native_us"])
@@ -119,7 +128,7 @@ def main(argv=None) -> int:
     ratios = [r["ratio"] for r in rows]
     load_after = os.getloadavg()
     summary = (f"median ratio {np.median(ratios):.2f}x, worst {max(ratios):.2f}x over {len(rows)} rows; "
-               f"{args.calls} calls per figure; load average (1/5/15 min) before "
+               f"{args.calls} calls per figure; {args.key} key; load average (1/5/15 min) before "
                f"{'/'.join(f'{v:.2f}' for v in load_before)}, after {'/'.join(f'{v:.2f}' for v in load_after)}")
     print(text)
     print(summary)
