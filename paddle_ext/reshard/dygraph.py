@@ -23,6 +23,7 @@ import math
 from typing import Sequence
 
 from ..compat.convert import from_paddle_placements, mesh_shape, pad_placements, to_paddle_placements
+from ..compat.memory import fresh
 from ..compat.version import require_paddle
 from ..compat.views import require_writable_views
 from ..errors import ConversionError, PlacementError, ReshardPlanError
@@ -58,7 +59,7 @@ class PaddleBackend:
         return math.prod(x.shape)
 
     def empty(self, shape, like):
-        return self.p.empty(list(shape), dtype=like.dtype)
+        return fresh(self.p, shape, like.dtype)   # huge pages for large CPU buffers (compat.memory)
 
     def full(self, shape, value, like):
         return self.p.full(list(shape), value, dtype=like.dtype)
@@ -145,7 +146,7 @@ class PaddleBackend:
         self.dist.send(x.contiguous(), dst=peer, group=self.group)
 
     def recv(self, numel, like, peer, count: bool = True):
-        buf = self.p.empty([numel], dtype=like.dtype)
+        buf = fresh(self.p, [numel], like.dtype)
         self.dist.recv(buf, src=peer, group=self.group)
         if count:
             self.count(numel * self._itemsize(buf))
@@ -178,7 +179,8 @@ class PaddleBackend:
             return None
         ops = {"sum": self.dist.ReduceOp.SUM, "max": self.dist.ReduceOp.MAX,
                "min": self.dist.ReduceOp.MIN}
-        y = x.clone()
+        y = fresh(self.p, x.shape, x.dtype)   # a clone: the source is never written
+        self.p.assign(x, output=y)
         self.dist.all_reduce(y, op=ops[op], group=self.group)
         n, total = len(members), self.numel(x)
         chunk = -(-total // n) if total else 0
