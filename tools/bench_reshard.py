@@ -16,6 +16,11 @@ round after round, so a load burst hits them alike; medians; the table takes the
     (a fresh output with the source kept, the contract of a reshard);
   - P->S, S(0)->S(1): pairwise ``send``/``recv`` of the same volume (no reduction, no packing);
   ``ext/raw`` divides by the fastest of them;
+* the same transition hand-written on gloo with a reshard's contract (the source kept, a fresh
+  output): S->R ``all_gather`` into a fresh tensor, P->R ``clone`` + ``all_reduce``, P->S a
+  pairwise send/recv reduce-scatter that adds the received rows, S(0)->S(1) a pairwise all-to-all
+  that packs each peer's column block and receives into the output (n = 2, 4; checked against
+  paddle-ext's result once); ``ext/hand`` divides by it;
 * Paddle's native ``dist.reshard`` where native works on CPU (S->R, P->R).
 """
 from __future__ import annotations
@@ -54,6 +59,7 @@ def _median_times(fns: dict, repeat: int) -> dict:
 
 
 def rank_bench(mib: int, repeat: int) -> dict:
+    import numpy as np
     import paddle
     import paddle.distributed as dist
 
@@ -77,6 +83,31 @@ def rank_bench(mib: int, repeat: int) -> dict:
         return lambda: exchange(be, peers + [rank], {p: [chunk] for p in peers},
                                 {p: [((numel,), like)] for p in peers})
 
+    # hand-written gloo code with a reshard's contract (the source kept, a fresh output), for
+    # the transitions gloo has no collective for: pairwise swaps, partner rank ^ k (n = 2, 4)
+    partners = [rank ^ k for k in range(1, n)] if n & (n - 1) == 0 else None
+    rows = side // n
+
+    def swap(send_t, recv_t, peer):
+        first, second = (lambda: dist.send(send_t, dst=peer)), (lambda: dist.recv(recv_t, src=peer))
+        for step in ((first, second) if rank < peer else (second, first)):
+            step()
+
+    def hand_reduce_scatter(local):   # P -> S(0): receive my rows' partial sums, add them
+        out = None
+        for peer in partners:
+            buf = paddle.empty([rows, side])
+            swap(local[peer * rows:(peer + 1) * rows], buf, peer)
+            out = local[rank * rows:(rank + 1) * rows] + buf if out is None else out.add_(buf)
+        return out
+
+    def hand_all_to_all(local):      # S(0) -> S(1): pack each peer's column block, swap row blocks
+        out = paddle.empty([side, rows])
+        paddle.assign(local[:, rank * rows:(rank + 1) * rows], output=out[rank * rows:(rank + 1) * rows])
+        for peer in partners:
+            swap(local[:, peer * rows:(peer + 1) * rows].contiguous(), out[peer * rows:(peer + 1) * rows], peer)
+        return out
+
     for name, a, b in CASES:
         src, dst = to_paddle_placements(a), to_paddle_placements(b)
         local_shape = [side // n, side] if "S" in a else shape
@@ -87,25 +118,35 @@ def rank_bench(mib: int, repeat: int) -> dict:
         reshard(x, mesh, dst, check=False, stats=stats)  # warm-up + bytes
         received = stats.get("received_bytes", 0)
         fns = {"ext": lambda: reshard(x, mesh, dst, check=False)}
+        # "raw ...": transport only (reused buffers, no reduction or packing); "hand ...": the
+        # same transition hand-written on gloo with a reshard's contract
         if name == "S(0)->R":
             reused = paddle.empty(shape)
-            fns["raw all_gather, fresh output"] = lambda: dist.stream.all_gather(paddle.empty(shape), local)
+            fns["hand all_gather, fresh output"] = lambda: dist.stream.all_gather(paddle.empty(shape), local)
             fns["raw all_gather, reused buffer"] = lambda: dist.stream.all_gather(reused, local)
             fns["raw send/recv"] = p2p(received // max(1, n - 1) // 4)
         elif name == "P->R":
             buf = local.clone()
             fns["raw all_reduce, in place"] = lambda: dist.all_reduce(buf)
-            fns["raw clone + all_reduce"] = lambda: dist.all_reduce(local.clone())
+            fns["hand clone + all_reduce"] = lambda: dist.all_reduce(local.clone())
         else:
             fns["raw send/recv"] = p2p(received // max(1, n - 1) // 4)
+            if partners is not None:
+                hand = hand_reduce_scatter if name == "P->S(0)" else hand_all_to_all
+                want = reshard(x, mesh, dst, check=False)._local_value().numpy()
+                got = hand(local).numpy()   # equal up to the order of the sums (P->S on 4 ranks)
+                assert got.shape == want.shape and np.allclose(got, want, rtol=1e-5, atol=1e-5), \
+                    f"{name}: the hand-written baseline differs"
+                fns["hand send/recv + " + ("add" if name == "P->S(0)" else "pack")] = lambda h=hand: h(local)
         if name in ("S(0)->R", "P->R"):  # native works on CPU for these
             native = original_reshard()
             fns["native"] = lambda: native(x, mesh, dst)
         times = _median_times(fns, repeat)
         assert (local.numpy() == before).all(), f"{name}: the source was modified"
         raws = {k: v for k, v in times.items() if k.startswith("raw")}
+        hands = {k: v for k, v in times.items() if k.startswith("hand")}
         out[name] = {"received": received, "minimum": theoretical_min(name, total, n),
-                     "ext_ms": times["ext"], "raw_ms": min(raws.values()), "raw": raws,
+                     "ext_ms": times["ext"], "raw_ms": min(raws.values()), "raw": raws, "hand": hands,
                      "native_ms": times.get("native", 0.0), "plan": stats.get("plan")}
     out["load_after"] = os.getloadavg()
     return out
@@ -135,8 +176,8 @@ def main(argv=None) -> int:
     print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}; "
           f"malloc: {'MALLOC_MMAP_THRESHOLD_=' + env['MALLOC_MMAP_THRESHOLD_'] if env else 'default'}")
     print("| ranks | transition | bytes/min | paddle-ext ms | raw gloo ms (fastest way) | ext/raw | "
-          "native ms | ext/native |")
-    print("|---|---|---|---|---|---|---|---|")
+          "hand-written ms (way) | ext/hand | native ms | ext/native |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for n in args.nproc:
         res = run_ranks(me.rank_bench, nproc=n, args=(args.mib, args.repeat), timeout=600, env=env)
         report[n] = res
@@ -149,12 +190,18 @@ def main(argv=None) -> int:
             native = max(r["native_ms"] for r in rows)
             ratio_native = f"{ext / native:.2f}" if native else "n/a (native fails on CPU)"
             native_txt = f"{native:.1f}" if native else "-"
+            hands = {k: max(r["hand"][k] for r in rows) for k in rows[0]["hand"]}
+            hand_txt, ratio_hand = "-", "n/a"
+            if hands:
+                way = min(hands, key=hands.get)
+                hand_txt, ratio_hand = f"{hands[way]:.1f} ({way[5:]})", f"{ext / hands[way]:.2f}"
             print(f"| {n} | {name} | {received / rows[0]['minimum']:.2f} | {ext:.1f} | "
-                  f"{raws[best]:.1f} ({best[4:]}) | {ext / raws[best]:.2f} | {native_txt} | {ratio_native} |")
+                  f"{raws[best]:.1f} ({best[4:]}) | {ext / raws[best]:.2f} | {hand_txt} | {ratio_hand} | "
+                  f"{native_txt} | {ratio_native} |")
         others = "; ".join(f"{name}: " + ", ".join(f"{k[4:]} {max(r[name]['raw'][k] for r in res):.1f}"
                                                    for k in res[0][name]["raw"])
                            for name, _, _ in CASES if len(res[0][name]["raw"]) > 1)
-        print(f"|  | raw ms, every way: {others} |  |  |  |  |  |  |")
+        print(f"|  | raw ms, every way: {others} |  |  |  |  |  |  |  |  |")
     print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     if args.json:
         with open(args.json, "w") as f:
