@@ -1,33 +1,59 @@
 """Building and loading paddle-ext's small C++ pieces with Paddle's own ``cpp_extension``.
 
-Each piece is one source string. It is built once per source and Paddle version, against the
-headers of the Paddle that is installed (``paddle/include``), and cached under
-``$PADDLE_EXT_CACHE`` (default ``~/.cache/paddle_ext``). The ranks of one launch share a build:
-the first takes a file lock and builds, the others wait on the lock and load the result.
+Each piece (:data:`PIECES`) is one source string. It is built once per source and Paddle
+version, against the headers of the installed Paddle (``paddle/include``), and cached under
+``$PADDLE_EXT_CACHE`` (default ``~/.cache/paddle_ext``).
 
-Users of this module: :mod:`.static_engine` (gloo collective ops for the static Engine) and
-:mod:`.fast_key` (the dispatch fast path's cache key).
+A build always runs in a builder process of its own (``python -m paddle_ext.compat.cpp_build
+KIND``). It takes the build directory's file lock, compiles into a temporary directory and moves
+the finished library into place with one ``rename``. So a library that exists is always whole,
+the ranks of one launch build it once (the others wait on the lock, find it, and stop), and the
+process that loads it never imports a second copy from the build directory.
+:func:`start_build` runs the builder detached, in a session of its own, so the build outlives a
+short script or a rank that ends early. A cached library that does not load is removed and built
+once more.
+
+Users: :mod:`.static_engine` (gloo collective ops for the static Engine) and :mod:`.fast_key`
+(the dispatch fast path's cache key).
 """
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
+import os
+import subprocess
+import sys
 
 from ..errors import CompatError
 
 logger = logging.getLogger("paddle_ext.compat")
 
+#: kind -> (module, name attribute, source attribute, what it is called in messages)
+PIECES = {
+    "fast_key": ("paddle_ext.compat.fast_key", "NAME", "SOURCE", "dispatch key"),
+    "gloo_ops": ("paddle_ext.compat.static_engine", "GLOO_OPS_NAME", "GLOO_OPS_SOURCE", "gloo ops"),
+}
+BUILD_TIMEOUT = 900   # seconds; a build takes 20-30 s with g++ on this machine
+_HARNESS_TAG = "PADDLE_EXT_HARNESS_TAG"   # paddle_ext.testing's marker of its rank processes
+
+
+def piece(kind: str) -> tuple[str, str, str]:
+    """``(extension name, source, what)`` of a piece."""
+    if kind not in PIECES:
+        raise CompatError(f"no paddle-ext C++ piece {kind!r}; known: {', '.join(PIECES)}")
+    module, name, source, what = PIECES[kind]
+    mod = importlib.import_module(module)
+    return getattr(mod, name), getattr(mod, source), what
+
 
 def cache_root() -> str:
-    import os
-
     return os.environ.get("PADDLE_EXT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "paddle_ext")
 
 
 def build_dir(kind: str, source: str) -> str:
     """``<cache>/<kind>-<paddle version>-<hash of source and version>``."""
     import hashlib
-    import os
 
     import paddle
 
@@ -36,65 +62,111 @@ def build_dir(kind: str, source: str) -> str:
 
 
 def library_path(name: str, build: str) -> str:
-    import os
-
     return os.path.join(build, name, name + ".so")
 
 
-def build_and_load(name: str, source: str, kind: str, what: str):
-    """Build ``source`` as the extension ``name`` (first use only, 20-30 s with g++ here), then
-    load it; returns the module (its pybind functions and custom ops).
-
-    A cached library that does not load (say, a build cut short when its process ended) is
-    removed and built once more. ``what`` names the piece in messages. Raises
-    :class:`CompatError` naming the build directory and what is needed when the compiler or
-    Paddle's headers are missing."""
-    import os
-
-    from paddle.utils.cpp_extension.extension_utils import _import_module_from_library
-
+def paths(kind: str) -> tuple[str, str]:
+    """``(build directory, library path)`` of a piece."""
+    name, source, _ = piece(kind)
     build = build_dir(kind, source)
-    library = library_path(name, build)
-    try:
-        os.makedirs(build, exist_ok=True)
-        for attempt in (1, 2):
-            if not os.path.exists(library):
-                _build_once(name, source, build, library, what)
-            try:
-                return _import_module_from_library(name, os.path.dirname(library))
-            except Exception as exc:  # noqa: BLE001 - a broken cache: rebuild once
-                if attempt == 2:
-                    raise
-                logger.warning("paddle-ext's cached %s at %s does not load (%s); building it again",
-                               what, library, exc)
-                with _locked(build):
-                    if os.path.exists(library):
-                        os.remove(library)
-    except Exception as exc:  # a compiler problem: say what is needed
-        raise CompatError(f"building paddle-ext's {what} failed ({type(exc).__name__}: {exc}); it needs "
-                          f"g++ and Paddle's headers (paddle/include); build dir {build}") from exc
+    return build, library_path(name, build)
 
 
-def _build_once(name: str, source: str, build: str, library: str, what: str) -> None:
-    """Build under the directory's lock; ranks of one launch wait for the first one's build."""
-    import os
+def is_built(kind: str) -> bool:
+    return os.path.exists(paths(kind)[1])
+
+
+def build_here(kind: str) -> None:
+    """The builder: compile ``kind`` under the directory lock into a temporary directory, then
+    rename the library into place. Does nothing when the library exists."""
+    import shutil
+    import tempfile
 
     from paddle.utils.cpp_extension import load
 
+    name, source, what = piece(kind)
+    build, library = paths(kind)
+    os.makedirs(build, exist_ok=True)
     with _locked(build):
-        if not os.path.exists(library):
-            path = os.path.join(build, name + ".cc")
+        if os.path.exists(library):
+            return
+        tmp = tempfile.mkdtemp(prefix="tmp-", dir=build)
+        try:
+            path = os.path.join(tmp, name + ".cc")
             with open(path, "w") as f:
                 f.write(source)
             logger.info("building paddle-ext's %s in %s (first use only)", what, build)
-            load(name=name, sources=[path], build_directory=build)
+            load(name=name, sources=[path], build_directory=tmp)
+            os.makedirs(os.path.dirname(library), exist_ok=True)
+            os.replace(library_path(name, tmp), library)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _builder(kind: str, log):
+    env = {k: v for k, v in os.environ.items() if k != _HARNESS_TAG}   # not one of a test's ranks
+    return subprocess.Popen([sys.executable, "-m", "paddle_ext.compat.cpp_build", kind], stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+
+
+def _log_path(kind: str) -> str:
+    build = paths(kind)[0]
+    os.makedirs(build, exist_ok=True)
+    return os.path.join(build, f"build-{os.getpid()}.log")
+
+
+def start_build(kind: str):
+    """Start a detached builder for ``kind``; returns ``(Popen, log path)`` (the log is the build
+    directory's ``build-<pid>.log``)."""
+    log_path = _log_path(kind)
+    with open(log_path, "w") as log:
+        return _builder(kind, log), log_path
+
+
+def wait_build(kind: str, proc, log_path: str | None = None) -> None:
+    """Wait for a builder; raise :class:`CompatError` with the end of its log when no library
+    came out of it."""
+    try:
+        proc.wait(timeout=BUILD_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    if not is_built(kind):
+        _, _, what = piece(kind)
+        tail = ""
+        if log_path and os.path.exists(log_path):
+            with open(log_path, errors="replace") as f:
+                tail = f.read()[-1500:]
+        raise CompatError(f"building paddle-ext's {what} failed (builder exit {proc.returncode}); it needs g++ "
+                          f"and Paddle's headers (paddle/include); build dir {paths(kind)[0]}; log:\n{tail}")
+
+
+def build_and_load(kind: str):
+    """The loaded module of piece ``kind`` (its pybind functions and custom ops), building it
+    first when needed (in a builder process, waited for). A cached library that does not load
+    is removed and built once more. Raises :class:`CompatError` saying what is needed."""
+    from paddle.utils.cpp_extension.extension_utils import _import_module_from_library
+
+    name, _, what = piece(kind)
+    build, library = paths(kind)
+    for attempt in (1, 2):
+        if not os.path.exists(library):
+            wait_build(kind, *start_build(kind))
+        try:
+            return _import_module_from_library(name, os.path.dirname(library))
+        except Exception as exc:  # noqa: BLE001 - a broken cache: rebuild once
+            if attempt == 2:
+                raise CompatError(f"paddle-ext's {what} at {library} does not load ({type(exc).__name__}: "
+                                  f"{exc}); remove {build} and try again") from exc
+            logger.warning("paddle-ext's cached %s at %s does not load (%s); building it again", what, library, exc)
+            with _locked(build):
+                if os.path.exists(library):
+                    os.remove(library)
 
 
 @contextlib.contextmanager
 def _locked(build: str):
     """An exclusive ``flock`` on ``<build>/.lock`` for the ``with`` block."""
     import fcntl
-    import os
 
     with open(os.path.join(build, ".lock"), "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -102,3 +174,18 @@ def _locked(build: str):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def main(argv=None) -> int:
+    """``python -m paddle_ext.compat.cpp_build KIND``: the builder process."""
+    logging.basicConfig(level=logging.INFO)
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0] not in PIECES:
+        print(f"usage: python -m paddle_ext.compat.cpp_build {{{','.join(PIECES)}}}", file=sys.stderr)
+        return 2
+    build_here(args[0])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -14,9 +14,9 @@ against a native add of ~40 us). ``fast_key(slots)`` reads the same facts from e
   different meshes: the general path then runs (and names the problem).
 
 It is built with Paddle's ``cpp_extension`` against the installed Paddle's headers, only on the
-Paddle versions :mod:`.version` names
-(:mod:`.cpp_build`; first use ~25 s, then cached). :func:`start` loads it when built and otherwise
-builds it in a background thread, so the first calls use the Python key and nothing waits.
+Paddle versions :mod:`.version` names (:mod:`.cpp_build`; first use ~25 s, then cached).
+:func:`start` loads it when built and otherwise starts a detached builder process, so the first
+calls use the Python key and nothing waits.
 Without a compiler, or with ``PADDLE_EXT_FAST_KEY=0``, the Python key serves every call;
 :func:`status` says which and why (``paddle-ext doctor`` prints it).
 """
@@ -145,28 +145,31 @@ def status() -> str:
 
 
 def is_built() -> bool:
-    from .cpp_build import build_dir, library_path
+    from .cpp_build import is_built as built
 
-    return os.path.exists(library_path(NAME, build_dir("fast_key", SOURCE)))
+    return built("fast_key")
 
 
 def start(wait: bool = False) -> str:
     """Make the compiled key available and return :func:`status`.
 
-    Built already: loaded now. Not built: built in a background thread (``wait=True``: in this
-    thread), so the calls meanwhile use the Python key. Idempotent; ``PADDLE_EXT_FAST_KEY=0``
-    turns it off."""
+    Built already: loaded now. Not built: a detached builder process builds it (it outlives this
+    process if need be) and a background thread loads it when it is done, so the calls
+    meanwhile use the Python key (``wait=True``: wait for it here). Idempotent;
+    ``PADDLE_EXT_FAST_KEY=0`` turns it off."""
     with _LOCK:
-        state = _STATE["status"]
-        if state == "not started":
+        if _STATE["status"] == "not started":
             if os.environ.get("PADDLE_EXT_FAST_KEY", "1") == "0":
                 _STATE["status"] = "off (PADDLE_EXT_FAST_KEY=0)"
+            elif not _known_paddle():
+                pass
             elif wait or is_built():
                 _STATE["status"] = "building"
                 _load()
             else:
                 _STATE["status"] = "building"
-                _STATE["thread"] = threading.Thread(target=_load, name="paddle-ext-fast-key", daemon=True)
+                _STATE["thread"] = threading.Thread(target=_build_then_load, name="paddle-ext-fast-key",
+                                                    daemon=True)
                 _STATE["thread"].start()
     thread = _STATE.get("thread")
     if wait and thread is not None:
@@ -174,19 +177,41 @@ def start(wait: bool = False) -> str:
     return status()
 
 
+def _known_paddle() -> bool:
+    """The key reads DistTensor's C++ layout: only on the Paddle versions :mod:`.version` names."""
+    from .version import paddle_version, version_status
+
+    known, why = version_status(paddle_version())
+    if not known:
+        _unavailable(why)
+    return known
+
+
+def _unavailable(why) -> None:
+    _STATE["status"] = f"unavailable: {why}"
+    logger.warning("paddle-ext dispatch keeps its Python cache key: %s", why)
+
+
+def _build_then_load() -> None:
+    from ..errors import CompatError
+    from .cpp_build import start_build, wait_build
+
+    try:
+        wait_build("fast_key", *start_build("fast_key"))
+    except (CompatError, OSError) as exc:
+        _unavailable(exc)
+        return
+    _load()
+
+
 def _load() -> None:
     from ..errors import CompatError
     from .cpp_build import build_and_load
-    from .version import paddle_version, version_status
 
     try:
-        known, why = version_status(paddle_version())
-        if not known:   # the key reads DistTensor's C++ layout: only on the Paddle versions named there
-            raise CompatError(why)
-        module = build_and_load(NAME, SOURCE, "fast_key", "dispatch key")
+        module = build_and_load("fast_key")
     except CompatError as exc:
-        _STATE["status"] = f"unavailable: {exc}"
-        logger.warning("paddle-ext dispatch keeps its Python cache key: %s", exc)
+        _unavailable(exc)
         return
     _STATE["fn"] = module.fast_key
     if not _STATE.get("python_key"):

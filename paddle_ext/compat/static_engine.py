@@ -299,19 +299,19 @@ _GLOO_OPS = {}  # the loaded module, once per process
 
 def gloo_ops_dir() -> str:
     """Where the ops are built (``PADDLE_EXT_CACHE`` or ~/.cache/paddle_ext), per Paddle version."""
-    from .cpp_build import build_dir
+    from .cpp_build import paths
 
-    return build_dir("gloo_ops", GLOO_OPS_SOURCE)
+    return paths("gloo_ops")[0]
 
 
 def load_gloo_ops():
     """Build (first use, ~30 s, then cached) and load the gloo collective ops; returns the module.
 
-    Ranks of one launch share the build through a file lock (:mod:`.cpp_build`)."""
+    Ranks of one launch share the build (:mod:`.cpp_build`)."""
     if "module" not in _GLOO_OPS:
         from .cpp_build import build_and_load
 
-        _GLOO_OPS["module"] = build_and_load(GLOO_OPS_NAME, GLOO_OPS_SOURCE, "gloo_ops", "gloo ops")
+        _GLOO_OPS["module"] = build_and_load("gloo_ops")
     return _GLOO_OPS["module"]
 
 

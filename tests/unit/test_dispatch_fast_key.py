@@ -203,24 +203,90 @@ def test_build_failure_falls_back_to_python_key(fresh_state, monkeypatch, caplog
     np.testing.assert_array_equal(out._local_value().numpy(), np.full((4, 6), 2.0, "float32"))
 
 
+class _FakeBuilder:
+    """Stands in for the 25 s builder process: copies the library built for this machine."""
+
+    def __init__(self, built, calls):
+        self.built, self.calls, self.returncode = built, calls, None
+
+    def __call__(self, kind, log):
+        library = cpp_build.paths(kind)[1]
+        self.calls.append(library)
+        os.makedirs(os.path.dirname(library), exist_ok=True)
+        shutil.copy(self.built, library)
+        self.returncode = 0
+        return self
+
+    def wait(self, timeout=None):
+        return 0
+
+
 def test_a_broken_cached_library_is_rebuilt(compiled, tmp_path, monkeypatch):
-    """A library cut short (its build's process ended) must not disable the key for good."""
-    built = cpp_build.library_path(fast_key.NAME, cpp_build.build_dir("fast_key", fast_key.SOURCE))
+    """A library that does not load must not disable the key for good."""
+    built = cpp_build.paths("fast_key")[1]
     monkeypatch.setenv("PADDLE_EXT_CACHE", str(tmp_path))
-    broken = cpp_build.library_path(fast_key.NAME, cpp_build.build_dir("fast_key", fast_key.SOURCE))
+    broken = cpp_build.paths("fast_key")[1]
     assert broken.startswith(str(tmp_path))
     os.makedirs(os.path.dirname(broken))
     with open(broken, "wb") as f:
         f.write(b"\x7fELF cut short")
-    rebuilt = []
-
-    def build_by_copy(name, source, build, library, what):   # stands in for the 25 s compile
-        rebuilt.append(library)
-        shutil.copy(built, library)
-
-    monkeypatch.setattr(cpp_build, "_build_once", build_by_copy)
-    module = cpp_build.build_and_load(fast_key.NAME, fast_key.SOURCE, "fast_key", "dispatch key")
-    assert rebuilt == [broken]
+    calls = []
+    monkeypatch.setattr(cpp_build, "_builder", _FakeBuilder(built, calls))
+    module = cpp_build.build_and_load("fast_key")
+    assert calls == [broken]
     mesh = dist.ProcessMesh([0], dim_names=["x"])
     x = dist.shard_tensor(paddle.ones([4, 6]), mesh, [dist.Shard(0)])
     assert module.fast_key([x]) == compiled([x])
+
+
+def test_first_use_builds_in_a_detached_process_and_loads_when_done(compiled, fresh_state, tmp_path, monkeypatch):
+    """Not built yet: start() returns at once ("building", the Python key serves) and the key is
+    loaded when the builder is done."""
+    built = cpp_build.paths("fast_key")[1]
+    monkeypatch.setenv("PADDLE_EXT_CACHE", str(tmp_path))
+    assert not fast_key.is_built()
+    release = __import__("threading").Event()
+    calls = []
+    fake = _FakeBuilder(built, calls)
+
+    def slow_builder(kind, log):
+        release.wait(60)
+        return fake(kind, log)
+
+    monkeypatch.setattr(cpp_build, "_builder", slow_builder)
+    assert fast_key.start() == "building" and fast_key.KEY[0] is None
+    release.set()
+    assert fast_key.start(wait=True) == "ready" and fast_key.KEY[0] is not None
+    assert calls == [cpp_build.paths("fast_key")[1]]
+
+
+def test_the_builder_process_is_detached_and_not_a_harness_rank(monkeypatch, tmp_path):
+    """The builder must outlive a rank that ends early, and a test's leftover-process check must
+    not take it for one of its ranks."""
+    seen = {}
+
+    def fake_popen(cmd, **kwargs):
+        seen.update(kwargs, cmd=cmd)
+        return object()
+
+    monkeypatch.setenv("PADDLE_EXT_HARNESS_TAG", "some-run")
+    monkeypatch.setenv("PADDLE_EXT_CACHE", str(tmp_path))
+    monkeypatch.setattr(cpp_build.subprocess, "Popen", fake_popen)
+    cpp_build.start_build("fast_key")
+    assert seen["cmd"][1:] == ["-m", "paddle_ext.compat.cpp_build", "fast_key"]
+    assert seen["start_new_session"] is True
+    assert "PADDLE_EXT_HARNESS_TAG" not in seen["env"]
+
+
+def test_a_failed_build_says_what_is_needed(monkeypatch, tmp_path):
+    class Failed:
+        returncode = 1
+
+        def wait(self, timeout=None):
+            return 1
+
+    monkeypatch.setenv("PADDLE_EXT_CACHE", str(tmp_path))
+    log = tmp_path / "build.log"
+    log.write_text("g++: command not found")
+    with pytest.raises(CompatError, match=r"(?s)dispatch key failed \(builder exit 1\); it needs g\+\+.*command not found"):
+        cpp_build.wait_build("fast_key", Failed(), str(log))
