@@ -22,7 +22,7 @@ A dygraph call whose tensor slots are all DistTensors takes a fast path: one dic
 op, attributes and each input's global shape, placements and mesh finds the cached plan, so a
 repeated call does only the local views, the local op and the wrapping (no autograd machinery
 when no input requires grad or grad is disabled). The key is read in C++ by
-:mod:`paddle_ext.compat.fast_key` once that is built (built in the background on first use),
+:mod:`paddle_ext.compat.fast_key` once that is built (by a detached process, on first use),
 else by :func:`_fast_key` from Paddle's Python getters; both give the same plans.
 
 Inside ``dist.to_static`` an output the rule claims ``Partial`` would get a wrong gradient from
@@ -353,7 +353,7 @@ def _runtime() -> list:
     _RT.extend((paddle.Tensor, paddle.in_dynamic_mode, paddle.is_grad_enabled, core.dtensor_to_local,
                 core.dtensor_from_local))
     _HAS_PSTR.append(hasattr(paddle.Tensor, "_placements_str"))
-    fast_key.start()   # loads the compiled key, or builds it in the background
+    fast_key.start()   # loads the compiled key, or starts its build (a detached process)
     return _RT
 
 
