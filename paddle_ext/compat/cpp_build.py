@@ -150,7 +150,12 @@ def build_and_load(kind: str):
     build, library = paths(kind)
     for attempt in (1, 2):
         if not os.path.exists(library):
-            wait_build(kind, *start_build(kind))
+            try:
+                started = start_build(kind)
+            except OSError as exc:
+                raise CompatError(f"cannot build paddle-ext's {what} in {build} ({exc}); set PADDLE_EXT_CACHE "
+                                  f"to a writable directory") from exc
+            wait_build(kind, *started)
         try:
             return _import_module_from_library(name, os.path.dirname(library))
         except Exception as exc:  # noqa: BLE001 - a broken cache: rebuild once

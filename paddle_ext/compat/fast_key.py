@@ -198,7 +198,10 @@ def _build_then_load() -> None:
 
     try:
         wait_build("fast_key", *start_build("fast_key"))
-    except (CompatError, OSError) as exc:
+    except OSError as exc:
+        _unavailable(f"cannot start its build ({exc}); set PADDLE_EXT_CACHE to a writable directory")
+        return
+    except CompatError as exc:
         _unavailable(exc)
         return
     _load()

@@ -290,3 +290,18 @@ def test_a_failed_build_says_what_is_needed(monkeypatch, tmp_path):
     log.write_text("g++: command not found")
     with pytest.raises(CompatError, match=r"(?s)dispatch key failed \(builder exit 1\); it needs g\+\+.*command not found"):
         cpp_build.wait_build("fast_key", Failed(), str(log))
+
+
+def test_an_unwritable_cache_leaves_the_python_key(fresh_state, monkeypatch, tmp_path):
+    import paddle_ext.dispatch as pd
+
+    blocked = tmp_path / "not_a_dir"
+    blocked.write_text("a file where the cache directory should be")
+    monkeypatch.setenv("PADDLE_EXT_CACHE", str(blocked))
+    status = fast_key.start(wait=True)
+    assert status.startswith("unavailable:") and "PADDLE_EXT_CACHE" in status, status
+    assert fast_key.KEY[0] is None
+    mesh = dist.ProcessMesh([0], dim_names=["x"])
+    x = dist.shard_tensor(paddle.ones([4, 6]), mesh, [dist.Shard(0)])
+    np.testing.assert_array_equal(pd.dispatch("add", [x, x], {}, lambda t, c: t[0] + t[1])._local_value().numpy(),
+                                  np.full((4, 6), 2.0, "float32"))
