@@ -54,9 +54,10 @@ def collect() -> dict:
     report["registries"] = probe_all()
     from ..compat import fast_key
 
+    built = fast_key.is_built()
     report["dispatch_key"] = {
-        "built": fast_key.is_built(),
-        "detail": ("compiled (C++), cached" if fast_key.is_built() else
+        "built": built,
+        "detail": ("compiled (C++), cached" if built else
                    "Python for now; the compiled key is built on the first dispatched call (~25 s, once)"),
         "disabled": os.environ.get("PADDLE_EXT_FAST_KEY", "1") == "0",
     }

@@ -273,7 +273,7 @@ def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
             fk = _fast_key(rt[0], op, slots, attrs)
             if fk is not None:
                 plan, attrs = _cached_fast_plan(op, slots, attrs, fk)
-                no_grad = fk[3]
+                no_grad = fk[2]
         if plan is not None:
             if plan.reshards:
                 return _run_fast(plan, op, slots, attrs, run_local, no_grad=no_grad)
@@ -362,7 +362,7 @@ def _norm_attrs(attrs: dict) -> dict:
 
 
 def _fast_key(Tensor, op, slots, attrs):
-    """``(key, first input, its mesh, no input requires grad)`` for a dygraph call whose slots are
+    """``(key, the inputs' mesh, no input requires grad)`` for a dygraph call whose slots are
     all DistTensors on one mesh (no lists, None or dense tensors), else None (the general path runs).
 
     The key is one flat tuple: op, attributes, and per input its global shape and placements
@@ -372,24 +372,24 @@ def _fast_key(Tensor, op, slots, attrs):
     mixed-mesh error), and :func:`dispatch` takes the cached plan whose mesh equals it -- two meshes
     with the same ids but another shape get different plans."""
     key = [op, tuple(attrs.items()) if attrs else ()]
-    pm0 = first = None
+    pm0 = None
     no_grad = True
     pstr = _HAS_PSTR[0]
     for t in slots:
         if not isinstance(t, Tensor) or not t.is_dist():
             return None
         pm = t.process_mesh
-        if first is None:
-            pm0, first = pm, t
+        if pm0 is None:
+            pm0 = pm
         elif pm is not pm0 and not pm == pm0:
             return None
         key.append(tuple(t.shape))
         key.append(t._placements_str if pstr else tuple(t.placements))
         if not t.stop_gradient:
             no_grad = False
-    if first is None:
+    if pm0 is None:
         return None
-    return tuple(key), first, pm0, no_grad
+    return tuple(key), pm0, no_grad
 
 
 def _compiled_plan(op, slots, attrs, kb: bytes):
@@ -432,7 +432,7 @@ def _cached_fast_plan(op, slots, attrs, fk):
     plan whose mesh equals the inputs' (one per mesh seen with this key; usually one), else a new
     one. A list attribute is normalised to a tuple (the rules take tuples) and the key rebuilt; an
     attribute that still cannot be hashed gets a plan that is not cached."""
-    key, first, pm, _ = fk
+    key, pm, _ = fk
     try:
         plans = _FAST.get(key, ())
     except TypeError:

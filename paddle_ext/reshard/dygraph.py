@@ -170,12 +170,11 @@ class PaddleBackend:
         self.count((len(members) - 1) * self.numel(x) * self._itemsize(x))
         return True
 
-    #: use gloo's all_reduce (on a clone: the source is never written) instead of the
-    #: point-to-point reduce-scatter + all-gather straight into the output
-    collective_all_reduce = True
-
     def all_reduce(self, x, op, members):
-        if not self.collective_all_reduce or tuple(sorted(members)) != self.world:
+        """gloo's all_reduce on a copy of ``x`` (the source is never written); measured faster
+        than the point-to-point reduce-scatter + all-gather into the output. None when
+        ``members`` is not this backend's whole group."""
+        if tuple(sorted(members)) != self.world:
             return None
         ops = {"sum": self.dist.ReduceOp.SUM, "max": self.dist.ReduceOp.MAX,
                "min": self.dist.ReduceOp.MIN}

@@ -13,8 +13,8 @@ A backend provides: ``rank`` and ``world`` (sorted global ranks); array ops ``em
 ``reduce(a, b, op)``, ``scale(x, factor)``, ``divide(x, n)``, ``flat(x)``, ``reshape(x, shape)``,
 ``concat_flat(xs, like)``, ``split_flat(x, sizes)``, ``numel(x)``, ``dtype_kind(x)``,
 ``dtype_info(x)``; communication ``send(x, peer)``, ``recv(numel, like, peer)``, and optional
-``all_gather(x, members)`` / ``all_reduce(x, op, members)`` that return None when they cannot
-serve that group; and ``count(nbytes)`` for the received-bytes counter.
+``all_reduce(x, op, members)`` that returns None when it cannot serve that group; and
+``count(nbytes)`` for the received-bytes counter.
 
 Optional, for copy-free assembly (the Paddle backend has them, the simulated one does not):
 ``view(x, rel_box, contiguous=False)`` (a view, or None when ``contiguous`` and it is strided),
@@ -352,11 +352,10 @@ def _all_to_all(be, geo, step, local):
         # and exchanged: on 2 CPU ranks (16 MiB S(0)->S(1), hand-written, interleaved) the other
         # order (pack, exchange, then copy the kept piece) took 13.4-16.8 ms against 8.3-11.6 ms
         _fill(be, out, want, placed, targets, {}, {})
-        outgoing = {r: [be.take(local, relative(box, have)) for box in boxes] for r, boxes in sends.items()}
-        got = exchange(be, ranks, outgoing, incoming, targets)
-        return _fill(be, out, want, [], targets, got, places)
     outgoing = {r: [be.take(local, relative(box, have)) for box in boxes] for r, boxes in sends.items()}
-    got = exchange(be, ranks, outgoing, incoming)
+    got = exchange(be, ranks, outgoing, incoming, targets)
+    if out is not None:
+        return _fill(be, out, want, [], targets, got, places)
     for r, boxes in places.items():
         placed.extend(zip(boxes, got[r]))
     return _assemble(be, want, placed, local)

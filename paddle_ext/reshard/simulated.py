@@ -149,13 +149,6 @@ class NumpyBackend:
         self._w.barrier.wait(self._w.timeout)
         return vals
 
-    def all_gather(self, x, members):
-        if not self._world_group(members):
-            return None
-        vals = self._collect(x)
-        self.count(sum(v.nbytes for r, v in vals.items() if r != self.rank))
-        return [vals[r].copy() for r in members]
-
     def all_reduce(self, x, op, members):
         if not self._world_group(members):
             return None
