@@ -9,11 +9,15 @@ Paddle's C++ registry has a rule for the kernel. Calls that ``enable()`` routes 
 paddle-ext rule keep their sharding and so do not appear (they are counted in
 ``report.dispatched``).
 
->>> with audit() as report:                   # doctest: +SKIP
+>>> import paddle
+>>> import paddle.distributed as dist
+>>> x_s0 = dist.shard_tensor(paddle.ones([8, 6]), dist.ProcessMesh([0], dim_names=["x"]), [dist.Shard(0)])
+>>> with audit() as report:
 ...     y = paddle.flip(x_s0, [1])
->>> print(report.text())                      # doctest: +SKIP
-1 op call fell back to Replicate (... bytes gathered on this rank):
-  flip  x [8,6] [S(0)] -> out [8,6] [R]  gathered 96 B  (Paddle rule: none)
+>>> print(report.text())
+1 op call fell back to Replicate (... bytes gathered on this rank; by op: flip x1):
+  flip  [8, 6] [S(0)] -> [8, 6] [R]  gathered ... B  (Paddle rule: none)
+fix: paddle_ext.enable() for the ops it covers, ...
 """
 from __future__ import annotations
 

@@ -6,9 +6,16 @@ a DistTensor argument goes through paddle-ext's rule (``spmd_rules/gaps``), ever
 goes straight to Paddle's original function. ``disable()`` puts back the exact original
 objects. Both are idempotent.
 
->>> import paddle_ext.dispatch as d          # doctest: +SKIP
->>> d.enable(); paddle.flip(x_sharded, [1]).placements   # doctest: +SKIP
+>>> import paddle
+>>> import paddle.distributed as dist
+>>> import paddle_ext.dispatch as d
+>>> x_sharded = dist.shard_tensor(paddle.ones([4, 3]), dist.ProcessMesh([0], dim_names=["x"]), [dist.Shard(0)])
+>>> "flip" in d.enable()   # the names of the ops it routes
+True
+>>> paddle.flip(x_sharded, [1]).placements
 [Shard(dim=0)]
+>>> d.disable(); paddle.flip(x_sharded, [1]).placements   # Paddle's own flip: computed replicated
+[Replicate()]
 """
 from __future__ import annotations
 

@@ -1,8 +1,17 @@
 """Every IR schedule on Paddle's dygraph pipelining (``PipelineStage``), zero-bubble included.
 
->>> from paddle_ext.passes.runtime import get_schedule      # doctest: +SKIP
->>> sched = get_schedule("ZBV")(stages, n_microbatches=4, loss_fn=loss_fn)   # doctest: +SKIP
->>> sched.step(x) if holds_first else sched.step(target=y, losses=losses)    # doctest: +SKIP
+On ``p`` ranks each rank builds its own stages and steps with its part (the first rank passes
+the input, the last the target); with one rank every stage is local, as here:
+
+>>> import paddle
+>>> from paddle_ext.passes.runtime import build_stages, get_schedule, split_model
+>>> model = paddle.nn.Sequential(*[paddle.nn.Linear(4, 4) for _ in range(4)])
+>>> stages = build_stages(split_model(model, 2), "ZBV", rank=0, n_ranks=1)   # 2 chunks in a V
+>>> sched = get_schedule("ZBV")(stages, n_microbatches=4, loss_fn=paddle.nn.functional.mse_loss)
+>>> losses = []
+>>> sched.step(paddle.randn([8, 4]), target=paddle.zeros([8, 4]), losses=losses)
+>>> len(losses), all(p.grad is not None for p in model.parameters())
+(4, True)
 
 * :mod:`.schedules`      -- ``get_schedule(name)`` and the classes (ScheduleFThenB ... ScheduleInterleavedZB).
 * :mod:`.stage_runtime`  -- one stage's forward / backward / weight actions and its messages.
