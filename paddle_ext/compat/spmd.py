@@ -18,7 +18,7 @@ import functools
 import math
 from typing import Sequence
 
-from ..errors import ConversionError, ShardingRuleError
+from ..errors import PlacementError, ShardingRuleError
 from ..placements import DistSpec
 from .convert import from_dist_attr, to_dist_attr
 from .version import require_paddle
@@ -73,24 +73,69 @@ def is_dist_attr(obj) -> bool:
     return type(obj).__name__ == "TensorDistAttr"
 
 
-def spec_from_dist_tensor_spec(dts) -> DistSpec:
-    """A :class:`DistSpec` from a ``DistTensorSpec`` (no partial status: Paddle does not expose it)."""
-    pm = dts.process_mesh() if callable(dts.process_mesh) else dts.process_mesh
-    mapping = list(dts.dims_mapping() if callable(dts.dims_mapping) else dts.dims_mapping)
+def _call(obj, name):
+    v = getattr(obj, name)
+    return v() if callable(v) else v
+
+
+def is_absent_dist_tensor_spec(dts) -> bool:
+    """True for Paddle's way of passing an absent optional input: ``DistTensorSpec([0],
+    TensorDistAttr())`` (no process mesh; e.g. layer_norm without bias)."""
+    pm = _call(dts, "process_mesh")
+    return pm is None or len(pm.shape) == 0
+
+
+def absent_dist_attr(rank: int = 1):
+    """What Paddle's rules return for an absent optional input: a ``TensorDistAttr`` with no
+    process mesh and a replicated dims_mapping of the placeholder's rank."""
+    require_paddle("TensorDistAttr")
+    from paddle.distributed.auto_parallel.static.dist_attribute import TensorDistAttr
+
+    attr = TensorDistAttr()
+    attr.dims_mapping = [-1] * rank
+    return attr
+
+
+def spec_from_dist_tensor_spec(dts, unknown: int | None = None, name: str = "tensor") -> DistSpec:
+    """A :class:`DistSpec` from a ``DistTensorSpec`` (no partial status: Paddle does not expose it).
+
+    Every malformed spec raises :class:`PlacementError` naming the fix. A ``-1`` size is an
+    unknown size: with ``unknown`` given it becomes that placeholder size, else it raises.
+    """
+    pm = _call(dts, "process_mesh")
+    shape = [int(s) for s in _call(dts, "shape")]
+    mapping = [int(m) for m in _call(dts, "dims_mapping")]
+    where = f"{name} DistTensorSpec(shape={shape}, dims_mapping={mapping})"
+    if pm is None or len(pm.shape) == 0:
+        raise PlacementError(f"{where} has no process mesh; set one (TensorDistAttr().process_mesh = mesh); "
+                             f"only an absent optional input may be DistTensorSpec([0], TensorDistAttr())")
     mesh = tuple(int(s) for s in pm.shape)
+    if len(mapping) != len(shape):
+        raise PlacementError(f"{where}: dims_mapping has {len(mapping)} entries for a tensor of rank "
+                             f"{len(shape)}; give one entry per tensor dim (-1 for an unsharded dim)")
+    for d, s in enumerate(shape):
+        if s < -1:
+            raise PlacementError(f"{where}: dim {d} has size {s}; a size is >= 0, or -1 for an unknown size")
+        if s == -1 and unknown is None:
+            raise PlacementError(f"{where}: dim {d} has the unknown size -1; call the rule through "
+                                 f"paddle-ext's SPMD bridge (get_spmd_rule(op).infer_forward), which accepts it")
     pls = ["R"] * len(mesh)
     for d, m in enumerate(mapping):
+        if m < -1 or m >= len(mesh):
+            raise PlacementError(f"{where}: tensor dim {d} is mapped to mesh dim {m}, but the mesh "
+                                 f"{list(mesh)} has mesh dims 0..{len(mesh) - 1}; use one of those or -1")
         if m >= 0:
             if pls[m] != "R":
-                raise ConversionError(f"DistTensorSpec dims_mapping {mapping} uses mesh dim {m} twice")
+                raise PlacementError(f"{where} uses mesh dim {m} for tensor dims {pls[m][2:-1]} and {d}; a mesh "
+                                     f"dim shards at most one tensor dim: set one of them to -1")
             pls[m] = f"S({d})"
-    shape = dts.shape() if callable(dts.shape) else dts.shape
-    return DistSpec(tuple(shape), mesh, pls)
+    sizes = tuple(unknown if s == -1 else s for s in shape)
+    return DistSpec(sizes, mesh, pls)
 
 
 def mesh_of_dist_tensor_spec(dts):
     """The ``ProcessMesh`` of a ``DistTensorSpec`` (a method in Paddle 3.3's binding)."""
-    return dts.process_mesh() if callable(dts.process_mesh) else dts.process_mesh
+    return _call(dts, "process_mesh")
 
 
 def spec_from_dist_attr(attr, shape: Sequence[int]) -> DistSpec:
@@ -105,6 +150,6 @@ def call_phi_rule(name: str, args: Sequence, backward: bool = False):
     return fn(*args)
 
 
-__all__ = ["call_phi_rule", "dist_attr", "dist_tensor_spec", "has_phi_rule", "is_dist_attr",
-           "is_dist_tensor_spec", "mesh_of_dist_tensor_spec", "phi_rule", "process_mesh", "spec_from_dist_attr",
+__all__ = ["absent_dist_attr", "call_phi_rule", "dist_attr", "dist_tensor_spec", "has_phi_rule", "is_dist_attr",
+           "is_absent_dist_tensor_spec", "is_dist_tensor_spec", "mesh_of_dist_tensor_spec", "phi_rule", "process_mesh", "spec_from_dist_attr",
            "spec_from_dist_tensor_spec"]

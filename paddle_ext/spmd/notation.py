@@ -37,6 +37,7 @@ A factor given two sizes, a rank that does not match, or an unbalanced arrow rai
 from __future__ import annotations
 
 import functools
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -145,6 +146,12 @@ class Notation:
         return _bind(self, key, op)
 
 
+#: The size standing for Paddle's unknown size ``-1`` (a dynamic dim). It divides by every
+#: mesh of up to 2**20 ranks per factor, so no size or divisibility check ever drops a sharding of
+#: it, and binding treats it as a wildcard: it takes the size another input gives the same factor.
+UNKNOWN_SIZE = 2 ** 20 * math.lcm(*range(1, 65))
+
+
 @functools.lru_cache(maxsize=4096)
 def _bind(n: Notation, shapes: tuple[tuple[int, ...], ...], op: str | None) -> Binding:
     if len(shapes) != len(n.inputs):
@@ -178,10 +185,11 @@ def _bind(n: Notation, shapes: tuple[tuple[int, ...], ...], op: str | None) -> B
                     raise _fail(n.text, f"input {i} dim {d} is the literal factor '1' but has size {s}",
                                 "use a named factor for that dim", op)
                 continue
-            if f not in sizes or sizes[f] == 1:
-                sizes[f] = s
-                owner[f] = (i, d)
-            elif s != 1 and s != sizes[f]:
+            if f not in sizes or sizes[f] in (1, UNKNOWN_SIZE):
+                if f not in sizes or s != 1:  # a known size replaces the unknown placeholder
+                    sizes[f] = s
+                    owner[f] = (i, d)
+            elif s != 1 and s != sizes[f] and s != UNKNOWN_SIZE:
                 j, e = owner[f]
                 raise _fail(n.text, f"factor '{f}' has size {sizes[f]} in input {j} (dim {e}) but size "
                             f"{s} in input {i} (dim {d}); shapes {[list(x) for x in shapes]}",

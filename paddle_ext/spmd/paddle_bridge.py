@@ -16,6 +16,7 @@ from typing import Sequence
 from ..compat import spmd as cspmd
 from ..errors import ShardingRuleError
 from ..placements import DistSpec
+from .notation import UNKNOWN_SIZE
 from .result import RuleResult, make_result
 
 
@@ -34,16 +35,40 @@ def _is_tensor_list(v) -> bool:
     return isinstance(v, (list, tuple)) and len(v) > 0 and all(_is_tensor(x) for x in v)
 
 
-def _to_spec(v) -> DistSpec:
-    return v if isinstance(v, DistSpec) else cspmd.spec_from_dist_tensor_spec(v)
+def _is_absent(v) -> bool:
+    """None, or Paddle's absent optional input ``DistTensorSpec([0], TensorDistAttr())``."""
+    return v is None or (cspmd.is_dist_tensor_spec(v) and cspmd.is_absent_dist_tensor_spec(v))
 
 
-def _mesh_of(args):
+def _to_spec(v, name: str = "tensor") -> DistSpec:
+    """A :class:`DistSpec`; a ``-1`` (unknown) size becomes :data:`UNKNOWN_SIZE`."""
+    return v if isinstance(v, DistSpec) else cspmd.spec_from_dist_tensor_spec(v, UNKNOWN_SIZE, name)
+
+
+def _rank(v) -> int:
+    """Rank of a tensor argument (1 for None: Paddle's absent placeholder is ``[0]``)."""
+    if v is None or isinstance(v, (list, tuple)):
+        return 1
+    shape = v.shape() if callable(getattr(v, "shape", None)) else v.shape
+    return len(shape)
+
+
+def _mesh_of(op: str, args):
+    """The one ``ProcessMesh`` of the DistTensorSpec arguments (absent inputs have none)."""
+    found = None
     for v in args:
         for x in (v if isinstance(v, (list, tuple)) else [v]):
-            if cspmd.is_dist_tensor_spec(x):
-                return cspmd.mesh_of_dist_tensor_spec(x)
-    return None
+            if cspmd.is_dist_tensor_spec(x) and not _is_absent(x):
+                pm = cspmd.mesh_of_dist_tensor_spec(x)
+                key = (list(pm.shape), list(pm.process_ids))
+                if found is None:
+                    found = (key, pm)
+                elif key != found[0]:
+                    raise ShardingRuleError(
+                        f"{op}: the tensors are on different process meshes (shape {found[0][0]} ranks "
+                        f"{found[0][1]} and shape {key[0]} ranks {key[1]}); every tensor of one op must be "
+                        f"on the same ProcessMesh: reshard across meshes first")
+    return None if found is None else found[1]
 
 
 def _split_args(rule, args: Sequence, with_outputs: bool):
@@ -53,16 +78,21 @@ def _split_args(rule, args: Sequence, with_outputs: bool):
     if len(args) < len(tensors):
         raise ShardingRuleError(f"{rule.op}: expected {len(tensors)} tensor arguments "
                                 f"({', '.join(p.name for p in tensors)}) first, got {len(args)} arguments")
-    specs = []
+    specs, ranks = [], []
     for p, v in zip(tensors, args):
+        ranks.append(_rank(v))
         if p.kind == "tensors":
             if not _is_tensor_list(v):
                 raise ShardingRuleError(f"{rule.op}: argument {p.name!r} must be a list of DistTensorSpec")
-            specs.append([_to_spec(x) for x in v])
-        elif v is None and p.kind == "optional":
+            specs.append([_to_spec(x, f"{p.name}[{k}]") for k, x in enumerate(v)])
+        elif _is_absent(v):
+            if p.kind != "optional":
+                raise ShardingRuleError(
+                    f"{rule.op}: input {p.name!r} is required but was passed as absent ({v!r}); pass a "
+                    f"DistTensorSpec with its shape and dims_mapping (only optional inputs may be absent)")
             specs.append(None)
         elif _is_tensor(v):
-            specs.append(_to_spec(v))
+            specs.append(_to_spec(v, p.name))
         else:
             raise ShardingRuleError(f"{rule.op}: argument {p.name!r} must be a DistTensorSpec, got "
                                     f"{type(v).__name__} {v!r}; pass tensors first, in the PHI kernel's order")
@@ -71,23 +101,27 @@ def _split_args(rule, args: Sequence, with_outputs: bool):
     if with_outputs:
         while rest and (_is_tensor(rest[0]) or _is_tensor_list(rest[0])):
             v = rest.pop(0)
-            outs.extend(_to_spec(x) for x in (v if isinstance(v, (list, tuple)) else [v]))
+            for x in (v if isinstance(v, (list, tuple)) else [v]):
+                if _is_absent(x):
+                    raise ShardingRuleError(f"{rule.op}: output {len(outs)} was passed as absent; backward "
+                                            f"inference needs every output's DistTensorSpec")
+                outs.append(_to_spec(x, f"output {len(outs)}"))
     if len(rest) > len(attrs):
         raise ShardingRuleError(f"{rule.op}: {len(rest)} attribute arguments for {len(attrs)} attributes "
                                 f"({', '.join(p.name for p in attrs)})")
     values = {p.name: v for p, v in zip(attrs, rest)}
-    return specs, outs, values, _mesh_of(args)
+    return specs, outs, values, _mesh_of(rule.op, args), ranks
 
 
-def _to_paddle(rule, res: RuleResult, specs, mesh):
+def _to_paddle(rule, res: RuleResult, specs, mesh, ranks):
     conv = lambda s: cspmd.dist_attr(s, mesh)  # noqa: E731
     ins, k = [], 0
-    for p, v in zip([p for p in rule.params if p.kind != "attr"], specs):
+    for p, v, rank in zip([p for p in rule.params if p.kind != "attr"], specs, ranks):
         if p.kind == "tensors":
             ins.append([conv(s) for s in res.inputs[k:k + len(v)]])
             k += len(v)
         elif v is None:
-            ins.append(None)
+            ins.append(cspmd.absent_dist_attr(rank))  # as Paddle answers an absent optional input
         else:
             ins.append(conv(res.inputs[k]))
             k += 1
@@ -95,15 +129,18 @@ def _to_paddle(rule, res: RuleResult, specs, mesh):
 
 
 def paddle_forward(rule, args: Sequence):
-    specs, _, attrs, mesh = _split_args(rule, args, with_outputs=False)
-    res = rule.infer([s for s in specs if s is not None] if None in specs else specs, attrs)
-    return _to_paddle(rule, res, specs, mesh)
+    """``(input TensorDistAttrs, output TensorDistAttrs)`` of ``rule`` in Paddle's convention."""
+    specs, _, attrs, mesh, ranks = _split_args(rule, args, with_outputs=False)
+    res = rule.infer(specs, attrs)
+    return _to_paddle(rule, res, specs, mesh, ranks)
 
 
 def paddle_backward(rule, args: Sequence):
-    specs, outs, attrs, mesh = _split_args(rule, args, with_outputs=True)
+    """Paddle's ``infer_backward``: inputs, then outputs, then attributes; returns the inputs the
+    op needs and the outputs it will produce from them (not the requested outputs verbatim)."""
+    specs, outs, attrs, mesh, ranks = _split_args(rule, args, with_outputs=True)
     res = rule.infer_reverse(specs, outs, attrs)
-    return _to_paddle(rule, res, specs, mesh)
+    return _to_paddle(rule, res, specs, mesh, ranks)
 
 
 class PaddleRule:

@@ -35,7 +35,7 @@ from .dimtrans import infer_dimtrans, infer_dimtrans_reverse
 from .engine import infer_einsum, infer_einsum_grad, infer_einsum_reverse
 from .notation import Notation, parse_notation
 from .onedim import infer_onedim, infer_onedim_reverse
-from .result import RuleResult
+from .result import RuleResult, make_result
 
 
 @dataclass(frozen=True)
@@ -282,20 +282,35 @@ class SpmdRule:
 
     def infer_reverse(self, specs: Sequence, out_specs: Sequence[DistSpec],
                       attrs: Mapping | None = None) -> RuleResult:
-        """Backward (reverse) inference: input layouts from output layouts (Paddle's infer_backward)."""
+        """Backward (reverse) inference, as Paddle's ``infer_backward``: the input layouts the
+        requested output layouts ask for, and the outputs the op *will produce* from them.
+
+        The requested outputs are a wish: a sharded softmax axis, or layer_norm's out/mean/var
+        sharding different batch dims, cannot all be produced. The answer runs forward inference
+        on the inputs the outputs ask for, so inputs and outputs are consistent (no reshard left).
+        """
         targs, avals = self.bind(specs, attrs)
         plan = self.plan(targs, avals)
         flat = self._flat(targs)
         if isinstance(plan, (str, Notation)):
-            return infer_einsum_reverse(plan, flat, out_specs, self.op)
-        if isinstance(plan, View):
-            res = infer_dimtrans_reverse(flat[plan.index], out_specs[0], plan.dim_map, self.op)
-            return res
-        if isinstance(plan, (Rows, list)):
+            rev = infer_einsum_reverse(plan, flat, out_specs, self.op)
+        elif isinstance(plan, View):
+            if len(out_specs) != 1:
+                raise ShardingRuleError(f"{self.op}: the op has 1 output but {len(out_specs)} output specs "
+                                        f"were given; pass one")
+            one = infer_dimtrans_reverse(flat[plan.index], out_specs[0], plan.dim_map, self.op)
+            rev = RuleResult(self.op, tuple(flat[:plan.index]) + one.inputs + tuple(flat[plan.index + 1:]), ())
+        elif isinstance(plan, (Rows, list)):
             rows = plan.rows if isinstance(plan, Rows) else plan
-            return infer_onedim_reverse(rows, flat, out_specs, self.op)
-        raise ShardingRuleError(f"rule {self.op!r} is hand-written (returns RuleResult); it has no reverse "
-                                f"inference -- write it as a notation, View or Rows")
+            rev = infer_onedim_reverse(rows, flat, out_specs, self.op)
+        else:
+            raise ShardingRuleError(f"rule {self.op!r} is hand-written (returns RuleResult); it has no reverse "
+                                    f"inference -- write it as a notation, View or Rows")
+        asked = iter(rev.inputs)
+        structured = [v if v is None else (tuple(next(asked) for _ in v) if isinstance(v, tuple) else next(asked))
+                      for v in targs]
+        fwd = self._cached(tuple(structured), avals)
+        return make_result(self.op, flat, fwd.inputs, fwd.outputs, fwd.rule)
 
     def infer_grad(self, specs: Sequence, out_grads: Sequence[DistSpec],
                    attrs: Mapping | None = None) -> RuleResult:
