@@ -57,6 +57,12 @@ def _same(op: str, a, b) -> None:
 
 
 def bench_rank(calls: int, key: str = "compiled"):
+    import paddle.distributed as dist
+    import paddle_ext
+
+    dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
+    paddle_ext.install()
+
     import paddle
     import paddle.distributed as dist
 

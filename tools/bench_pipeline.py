@@ -162,6 +162,12 @@ def _ping_pong_ms(p: int, reps: int = 20) -> float:
 
 def rank_bench(names, m_factor: int, steps: int, model=(H, BLOCKS, ROWS), pin: bool = True):
     """One rank: costs of its stages, then every schedule's step time and memory peak."""
+    import paddle.distributed as dist
+    import paddle_ext
+
+    dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
+    paddle_ext.install()
+
     import paddle
     import paddle.distributed as dist
     import paddle.nn.functional as F

@@ -59,6 +59,12 @@ def _median_times(fns: dict, repeat: int) -> dict:
 
 
 def rank_bench(mib: int, repeat: int) -> dict:
+    import paddle.distributed as dist
+    import paddle_ext
+
+    dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
+    paddle_ext.install()
+
     import numpy as np
     import paddle
     import paddle.distributed as dist

@@ -37,9 +37,20 @@ def _cases(nproc: int):
     return mc.one_d_cases(2) if nproc == 2 else mc.two_d_cases() + mc.cross_cases()
 
 
+def matrix_rank(cases, native: bool) -> dict:
+    """One rank of the matrix, as a user's script: join the gloo world, install, run the cases."""
+    import paddle.distributed as dist
+
+    import paddle_ext
+    from ..reshard.checks import run_cases
+
+    dist.init_parallel_env()
+    paddle_ext.install()
+    return run_cases(cases, native)
+
+
 def _run(cases, nproc, native, budget):
     """{case.id: [Outcome per rank] | "crash: ..."} with bisection on launch failures."""
-    from ..reshard.checks import run_cases
     from ..testing import run_ranks
 
     out: dict = {}
@@ -53,7 +64,7 @@ def _run(cases, nproc, native, budget):
             return
         budget[0] -= 1
         try:
-            per_rank = run_ranks(run_cases, nproc=nproc, args=(batch, native),
+            per_rank = run_ranks(matrix_rank, nproc=nproc, args=(batch, native),
                                  timeout=40 + 0.5 * len(batch))
         except HarnessError as exc:
             if len(batch) == 1:

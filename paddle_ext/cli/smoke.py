@@ -51,6 +51,12 @@ def _full(t):
 def smoke_rank():
     """Run on every rank: the tensor-parallel MLP on a 1-D mesh of all ranks."""
     import paddle.distributed as dist
+    import paddle_ext
+
+    dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
+    paddle_ext.install()
+
+    import paddle.distributed as dist
 
     mesh = dist.ProcessMesh(list(range(dist.get_world_size())), dim_names=["tp"])
     xs, ys, w1, w2 = _data()

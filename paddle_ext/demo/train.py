@@ -160,6 +160,9 @@ def train_rank(run: dict, model_cfg: dict | None = None) -> dict:
 
     from .comm_stats import count_collectives
 
+    if not dist.is_initialized():  # as a user's script: join the gloo world, turn paddle-ext on
+        dist.init_parallel_env()
+    paddle_ext.install()
     cfg = RunConfig(**run)
     if cfg.enable_rules:
         paddle_ext.enable()

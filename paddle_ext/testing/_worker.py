@@ -1,68 +1,39 @@
-"""One rank of :func:`paddle_ext.testing.run_ranks` (started by ``paddle.distributed.launch``).
+"""One rank of :func:`paddle_ext.testing.run_ranks`: the script ``paddle.distributed.launch`` starts.
 
-Reads the payload, sets up Paddle on CPU/gloo, calls the function and writes
-``results/rank.N.pkl`` as ``("ok", value)`` or ``("error", traceback)``, renamed into place so
-the parent never reads half a file.
+It adds nothing to the rank's process state. It starts the rank itself (``_rank.py``) as a
+child with the launcher's environment unchanged, waits for it, and writes the child's exit code
+to ``results/rank.N.exit``, so the parent sees how each rank ended its interpreter teardown
+(a crash or a hang at exit is a failure the report names). Signals the launcher sends are
+passed on to the rank.
 """
-import importlib
 import os
-import pickle
+import signal
+import subprocess
 import sys
-import time
-import traceback
+from pathlib import Path
 
-
-def _write(results: str, rank: int, record) -> None:
-    tmp = os.path.join(results, f".rank.{rank}.tmp")
-    with open(tmp, "wb") as f:
-        pickle.dump(record, f)
-    os.replace(tmp, os.path.join(results, f"rank.{rank}.pkl"))
+RANK_MAIN = Path(__file__).with_name("_rank.py")
 
 
 def main(payload_path: str) -> int:
-    with open(payload_path, "rb") as f:
-        payload = pickle.load(f)
-    for p in reversed(payload["sys_path"]):
-        if p not in sys.path:
-            sys.path.insert(0, p)
+    results = Path(payload_path).parent / "results"
     rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
-    with open(os.path.join(payload["results"], f"rank.{rank}.pid"), "w") as f:
-        f.write(str(os.getpid()))
-    os.environ["PADDLE_EXT_ACTION_FILE"] = os.path.join(payload["results"], f"rank.{rank}.action")
-    try:
-        import paddle
-        import paddle.distributed as dist
+    child = subprocess.Popen([sys.executable, str(RANK_MAIN), payload_path])
 
-        paddle.set_device("cpu")
-        if int(os.environ.get("PADDLE_TRAINERS_NUM", "1")) > 1:
-            dist.init_parallel_env()
-        if payload["install"]:
-            import paddle_ext
-
-            paddle_ext.install()
-        target = importlib.import_module(payload["module"])
-        for part in payload["name"].split("."):
-            target = getattr(target, part)
-        value = target(*payload["args"], **payload["kwargs"])
-        record = ("ok", value)
+    def forward(signum, _frame):
         try:
-            pickle.dumps(record)
-        except Exception as exc:  # noqa: BLE001 - report, never lose the rank's outcome
-            record = ("error", f"rank {rank} returned an unpicklable value: {exc!r}")
-    except BaseException:  # noqa: BLE001 - every failure must reach the parent
-        record = ("error", traceback.format_exc())
-    _write(payload["results"], rank, record)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if record[0] == "ok":
-        # rank 0 hosts the TCP store: no rank leaves before the parent has every result
-        release = os.path.join(payload["results"], "release")
-        deadline = time.monotonic() + 3600
-        while not os.path.exists(release) and time.monotonic() < deadline:
-            time.sleep(0.05)
-    # skip interpreter teardown: a peer stuck in a collective must not hold this rank
-    os._exit(0 if record[0] == "ok" else 1)
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+    code = child.wait()
+    tmp = results / f".rank.{rank}.exit.tmp"
+    tmp.write_text(str(code))
+    os.replace(tmp, results / f"rank.{rank}.exit")
+    return 0 if code == 0 else 1
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    sys.exit(main(sys.argv[1]))

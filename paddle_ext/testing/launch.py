@@ -5,9 +5,12 @@
 
 The function must be importable by module and name (a module-level function of an importable
 module; test modules work because the parent's ``sys.path`` is passed on). Each rank runs
-``paddle.set_device("cpu")``, ``dist.init_parallel_env()`` and ``paddle_ext.install()``
-(unless ``install=False``), then ``fn(*args, **kwargs)``, and sends back its pickled return
-value or its traceback.
+``fn(*args, **kwargs)`` the way ``python -m paddle.distributed.launch script.py`` runs a
+script: the harness adds no set-up (no ``set_device``, no ``dist.init_parallel_env()``, no
+``paddle_ext.install()``), so a function that needs them calls them itself, as a user's script
+would. Each rank sends back its pickled return value or its traceback, then leaves through
+normal interpreter teardown; its exit code is checked, and a rank that crashes or hangs at exit
+is a failure the report names.
 
 Failure is bounded: the parent polls the ranks' result files, and as soon as one rank has
 failed (raised, or exited without a result) or the timeout passes, the whole process group is
@@ -41,7 +44,7 @@ _LAUNCHED_TAGS: list[str] = []  # every run started from this process, for lefto
 @dataclass
 class RankFailure:
     rank: int
-    kind: str          # "raised", "exited", "timeout"
+    kind: str          # "raised", "exited", "timeout", "stopped", "hung at exit", "failed at exit"
     detail: str        # traceback or reason
     log_tail: str
     at: float = float("inf")  # when the rank reported (its result file's mtime)
@@ -114,13 +117,15 @@ def _abs_sys_path() -> list[str]:
 
 def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | None = None,
               timeout: float = 120.0, log_dir: str | os.PathLike | None = None,
-              install: bool = True, env: dict | None = None, keep_logs: bool = False) -> list[Any]:
+              env: dict | None = None, keep_logs: bool = False, exit_timeout: float = 60.0) -> list[Any]:
     """Run ``fn(*args, **kwargs)`` on ``nproc`` CPU ranks; return each rank's result, by rank.
 
     Raises :class:`HarnessError` if any rank raises, exits without a result, or the run takes
-    longer than ``timeout`` seconds; the message names each failing rank with its traceback and
+    longer than ``timeout`` seconds, or if a rank that returned does not then exit with code 0
+    within ``exit_timeout`` seconds; the message names each failing rank with its traceback and
     log tail. ``log_dir`` defaults to a fresh temporary directory (removed on success unless
-    ``keep_logs``); pass one to keep the ``workerlog.N`` files.
+    ``keep_logs``); pass one to keep the ``workerlog.N`` files. The harness adds no set-up:
+    ``fn`` calls ``dist.init_parallel_env()`` and ``paddle_ext.install()`` itself if it needs them.
     """
     if nproc < 1:
         raise HarnessError(f"nproc must be >= 1, got {nproc}")
@@ -136,8 +141,7 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
     payload = work / "payload.pkl"
     with open(payload, "wb") as f:
         pickle.dump({"module": module, "name": name, "args": tuple(args), "kwargs": dict(kwargs or {}),
-                     "sys_path": _abs_sys_path(), "install": install,
-                     "results": str(results_dir)}, f)
+                     "sys_path": _abs_sys_path(), "results": str(results_dir)}, f)
     tag = uuid.uuid4().hex
     _LAUNCHED_TAGS.append(tag)
     child_env = dict(os.environ)
@@ -161,10 +165,7 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
                 first_failure_at = time.monotonic()
             if len(done) == nproc and not errors:
                 (results_dir / "release").touch()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    pass
+                failures = _wait_for_exits(results_dir, nproc, logs, exit_timeout)
                 break
             exited = proc.poll() is not None
             now = time.monotonic()
@@ -182,8 +183,10 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
                             failures.append(RankFailure(r, "raised", value, _log_tail(logs, r),
                                                         (results_dir / f"rank.{r}.pkl").stat().st_mtime))
                     elif _rank_process_gone(results_dir, r):
+                        code = _exit_code(results_dir, r)
                         failures.append(RankFailure(r, "exited", "the rank's process exited without a result "
-                                                    "(os._exit, a signal or a crash; see its log)",
+                                                    + (f"(exit code {code}; " if code is not None else "(")
+                                                    + "os._exit, a signal or a crash; see its log)",
                                                     _log_tail(logs, r)))
                     elif timed_out:
                         failures.append(RankFailure(r, "timeout", f"no result after {timeout:.0f} s",
@@ -213,6 +216,33 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
     return results
 
 
+def _exit_code(results_dir: Path, rank: int) -> int | None:
+    """The rank's exit code as its supervisor wrote it, or None while it runs."""
+    try:
+        return int((results_dir / f"rank.{rank}.exit").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _wait_for_exits(results_dir: Path, nproc: int, logs: Path, exit_timeout: float) -> list[RankFailure]:
+    """After every rank returned: each must finish interpreter teardown with exit code 0."""
+    deadline = time.monotonic() + exit_timeout
+    codes = {}
+    while len(codes) < nproc and time.monotonic() < deadline:
+        codes = {r: c for r in range(nproc) if (c := _exit_code(results_dir, r)) is not None}
+        time.sleep(0.05)
+    failures = []
+    for r in range(nproc):
+        if r not in codes:
+            failures.append(RankFailure(r, "hung at exit", f"returned its result but had not exited "
+                                        f"{exit_timeout:.0f} s later (interpreter teardown hangs)",
+                                        _log_tail(logs, r)))
+        elif codes[r] != 0:
+            failures.append(RankFailure(r, "failed at exit", f"returned its result, then exited with "
+                                        f"code {codes[r]} during interpreter teardown", _log_tail(logs, r)))
+    return failures
+
+
 def _rank_process_gone(results_dir: Path, rank: int) -> bool:
     """True if rank ``rank`` started (wrote its pid) and its process is no longer running."""
     try:
@@ -238,7 +268,7 @@ def _read(results_dir: Path, rank: int):
 
 
 def _format_failures(fn: Callable, nproc: int, failures: list[RankFailure], logs: Path) -> str:
-    primary = [f for f in failures if f.kind in ("raised", "exited", "timeout")] or failures
+    primary = [f for f in failures if f.kind != "stopped"] or failures
     # the likely cause first: a rank whose process vanished (its peers then see "connection
     # reset"), else the first rank to report an error
     primary.sort(key=lambda f: (f.kind != "exited", f.at))

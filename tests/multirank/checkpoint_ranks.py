@@ -51,6 +51,12 @@ def _full_state(parallel):
 def train_save_continue(plan_name, steps_before, steps_after, path):
     """Train, save model and optimizer with dist.save_state_dict, then keep training."""
     import paddle.distributed as dist
+    import paddle_ext
+
+    dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
+    paddle_ext.install()
+
+    import paddle.distributed as dist
 
     parallel = _setup(plan_name, seed=0)
     batches = make_batches(steps_before + steps_after, 8, CFG.seq_len, CFG.vocab, seed=0)
@@ -65,6 +71,12 @@ def train_save_continue(plan_name, steps_before, steps_after, path):
 def load_continue(plan_name, steps_before, steps_after, path):
     """Build a differently initialised model under another plan, load, compare, keep training."""
     import paddle.distributed as dist
+    import paddle_ext
+
+    dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
+    paddle_ext.install()
+
+    import paddle.distributed as dist
 
     parallel = _setup(plan_name, seed=99)
     batches = make_batches(steps_before + steps_after, 8, CFG.seq_len, CFG.vocab, seed=0)
@@ -78,6 +90,12 @@ def load_continue(plan_name, steps_before, steps_after, path):
 
 def load_without_cpu_fix(plan_name, path):
     """Paddle's own loader on a CPU build, with paddle-ext's checkpoint fix taken back."""
+    import paddle.distributed as dist
+    import paddle_ext
+
+    dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
+    paddle_ext.install()
+
     import paddle.distributed as dist
 
     from paddle_ext.compat import FIXES

@@ -129,6 +129,12 @@ def _full(t, mesh):
 def ops_fwd_bwd(names, world, key):
     """Run every op in ``names`` dense and distributed (under enable()); compare values and grads.
     ``key``: the dispatcher's plan-cache key, "compiled" or "python" (compat.fast_key)."""
+    import paddle.distributed as dist
+    import paddle_ext
+
+    dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
+    paddle_ext.install()
+
     import paddle
     import paddle.distributed as dist
     import paddle.nn.functional as F
@@ -332,6 +338,12 @@ def audit_before_after():
 def misc_checks():
     """One launch for the small checks: gradient fix, bad inputs (with either plan-cache key),
     uneven mean, audit."""
+    import paddle.distributed as dist
+    import paddle_ext
+
+    dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
+    paddle_ext.install()
+
     from paddle_ext.compat import fast_key
 
     fast_key.use(False)
@@ -349,6 +361,12 @@ def _static_data():
 def to_static_losses(dense, steps=3):
     """A data-parallel model using enable()'d ops and an @spmd_op with a replicated weight
     consumed locally, trained under dist.to_static (or dense); returns the losses."""
+    import paddle.distributed as dist
+    import paddle_ext
+
+    dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
+    paddle_ext.install()
+
     import paddle
     import paddle.distributed as dist
 
@@ -414,6 +432,12 @@ def to_static_losses(dense, steps=3):
 
 def custom_ops():
     """The two examples: a Python op and a C++ custom op, each with a Python SPMD rule."""
+    import paddle.distributed as dist
+    import paddle_ext
+
+    dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
+    paddle_ext.install()
+
     import os
     import sys
 

@@ -26,11 +26,23 @@ def _step_loop(steps, fault_rank, fault_step, fault):
 
 
 def fault_in_step(steps, fault_rank, fault_step, fault):
+    import paddle.distributed as dist
+    import paddle_ext
+
+    dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
+    paddle_ext.install()
+
     return _step_loop(steps, fault_rank, fault_step, fault)
 
 
 def pipeline_with_hanging_stage(schedule_name, hang_rank, hang_call):
     """A 2-stage MLP pipeline whose stage on ``hang_rank`` hangs in its ``hang_call``-th forward."""
+    import paddle.distributed as dist
+    import paddle_ext
+
+    dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
+    paddle_ext.install()
+
     import paddle
     import paddle.distributed as dist
     import paddle.nn as nn

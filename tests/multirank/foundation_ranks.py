@@ -6,6 +6,10 @@ import numpy as np
 
 
 def allreduce_rank_sum(extra):
+    import paddle.distributed as dist
+
+    dist.init_parallel_env()  # a user's script joins the gloo world
+
     import paddle
     import paddle.distributed as dist
 
@@ -15,6 +19,10 @@ def allreduce_rank_sum(extra):
 
 
 def raise_on_rank(bad_rank):
+    import paddle.distributed as dist
+
+    dist.init_parallel_env()  # a user's script joins the gloo world
+
     import paddle
     import paddle.distributed as dist
 
@@ -32,6 +40,32 @@ def hang_on_rank(bad_rank, pid_dir):
     if dist.get_rank() == bad_rank:
         time.sleep(3600)
     return dist.get_rank()
+
+
+def process_state():
+    """What the harness left in this rank's process: nothing a user's script would not have."""
+    import paddle
+    import paddle.distributed as dist
+
+    return {"initialized": dist.is_initialized(),
+            "reshard_is_paddles": dist.reshard is paddle.distributed.auto_parallel.api.reshard,
+            "paddle_ext_imported": any(m == "paddle_ext" or m.startswith("paddle_ext.")
+                                       for m in __import__("sys").modules),
+            "rank": dist.get_rank(), "world": dist.get_world_size()}
+
+
+def exit_badly(how, bad_rank):
+    """Return normally, then make interpreter teardown on ``bad_rank`` hang or fail."""
+    import atexit
+    import paddle.distributed as dist
+
+    rank = dist.get_rank()
+    if rank == bad_rank:
+        if how == "hang":
+            atexit.register(time.sleep, 3600)
+        else:
+            atexit.register(os._exit, 3)
+    return rank
 
 
 def local_shards_of_shard_tensor(cases):
@@ -115,11 +149,15 @@ def to_static_losses(model, opt, dataset, batch_size, mesh, steps):
 
 
 def static_engine_with_fixes(fix_names, steps):
-    """TP training under dist.to_static with only ``fix_names`` applied (run with install=False).
+    """TP training under dist.to_static with only ``fix_names`` applied (nothing else installed).
 
     Returns ("ok", losses) or ("error", message): a failed Engine build cannot be retried in the
     same process (Paddle segfaults in dialect::parameter), so each fix set needs its own launch.
     """
+    import paddle.distributed as dist
+
+    dist.init_parallel_env()  # a user's script joins the gloo world
+
     from paddle_ext.compat import FIXES
 
     for name in fix_names:

@@ -69,6 +69,12 @@ def _reference(blocks, x, y, m, loss_fn):
 def run_grid(configs, steps=2, lr=0.1):
     """For each (schedule, model, n_microbatches, n_chunks): run ``steps`` training steps through
     the pipeline and the reference; return max relative errors (or the setup error)."""
+    import paddle.distributed as dist
+    import paddle_ext
+
+    dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
+    paddle_ext.install()
+
     import paddle
     import paddle.distributed as dist
     import paddle.nn.functional as F
@@ -155,6 +161,12 @@ def _full(t):
 def run_pp_tp(names, m=4, steps=2, lr=0.1):
     """pp2 x tp2 on 4 ranks: Megatron-style column/row parallel MLP blocks as DistTensors on
     each stage's tp sub-mesh; compare losses, gradients and updated parameters with dense."""
+    import paddle.distributed as dist
+    import paddle_ext
+
+    dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
+    paddle_ext.install()
+
     import paddle
     import paddle.distributed as dist
     import paddle.nn as nn
@@ -263,4 +275,10 @@ def run_doc_snippet(doc_path):
 
 def run_bad_inputs_and_doc(doc_path):
     """Both in one launch (each launch costs seconds)."""
+    import paddle.distributed as dist
+    import paddle_ext
+
+    dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
+    paddle_ext.install()
+
     return {"bad": run_bad_inputs(), "doc_blocks": run_doc_snippet(doc_path)}

@@ -9,8 +9,16 @@ from paddle_ext.reshard.checks import Case, run_cases
 from paddle_ext.reshard.matrix_cases import (MESH_2x2, ONE_D, SHAPES, cross_cases,  # noqa: F401
                                              one_d_cases, two_d_cases)
 
+
 def ext_cases(cases):
     """paddle-ext reshard of every case on this rank."""
+    import paddle.distributed as dist
+    import paddle_ext
+
+    if not dist.is_initialized():  # a user's script joins the gloo world and turns paddle-ext on
+        dist.init_parallel_env()
+    paddle_ext.install()
+
     return run_cases(cases, native=False)
 
 
@@ -161,5 +169,11 @@ def sharding_stage_checks(steps: int = 4):
 
 def suite_2ranks(cases):
     """Everything the 2-rank test checks, in one launch."""
+    import paddle.distributed as dist
+    import paddle_ext
+
+    dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
+    paddle_ext.install()
+
     return {"cases": ext_cases(cases), "grads": grad_checks(), "errors": error_checks(),
             "sharding": sharding_stage_checks()}

@@ -285,6 +285,12 @@ def train_many(cfgs):
     """:func:`train_losses` for several configs in one process (one Engine after another);
     a config that raises records ``{"error": ...}`` and the rest still run. A config
     ``{"check": "world_group_again"}`` runs :func:`world_group_again` instead."""
+    import paddle.distributed as dist
+    import paddle_ext
+
+    dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
+    paddle_ext.install()
+
     out = []
     for cfg in cfgs:
         try:

@@ -129,6 +129,12 @@ def run_cases(cases, steps: int, ours: bool) -> dict:
     where ``calls`` counts paddle-ext's functions used while the case's program was built.
     A failing case ends the list: a failed Engine build cannot be retried in this process.
     """
+    import paddle.distributed as dist
+    import paddle_ext
+
+    dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
+    paddle_ext.install()
+
     from paddle_ext.reshard import static_funcs as sf
 
     if ours:
@@ -208,6 +214,12 @@ def program_cases(cases, ours: bool) -> list:
     case (process-group ids stay aligned); ranks outside the mesh do not run it. Returns, per
     case, ``("ok", local_output, function_name)``, ``("skip", None, None)`` or ``("error", msg, None)``.
     """
+    import paddle.distributed as dist
+    import paddle_ext
+
+    dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
+    paddle_ext.install()
+
     import paddle
     import paddle.distributed as dist
     from paddle.distributed.auto_parallel.static import pir_pass

@@ -1,0 +1,58 @@
+"""The rank process of :func:`paddle_ext.testing.run_ranks`, started by ``_worker.py``.
+
+It runs the function as ``python -m paddle.distributed.launch script.py`` runs a script: no
+``set_device``, no ``init_parallel_env``, no ``paddle_ext.install()`` -- the function does what
+it needs itself. It writes ``results/rank.N.pkl`` as ``("ok", value)`` or ``("error",
+traceback)``, renamed into place so the parent never reads half a file, then leaves through
+normal interpreter teardown (after the parent has every result: rank 0 hosts the TCP store).
+"""
+import importlib
+import os
+import pickle
+import sys
+import time
+import traceback
+
+
+def _write(results: str, rank: int, record) -> None:
+    tmp = os.path.join(results, f".rank.{rank}.tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump(record, f)
+    os.replace(tmp, os.path.join(results, f"rank.{rank}.pkl"))
+
+
+def main(payload_path: str) -> int:
+    with open(payload_path, "rb") as f:
+        payload = pickle.load(f)
+    for p in reversed(payload["sys_path"]):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
+    with open(os.path.join(payload["results"], f"rank.{rank}.pid"), "w") as f:
+        f.write(str(os.getpid()))
+    os.environ["PADDLE_EXT_ACTION_FILE"] = os.path.join(payload["results"], f"rank.{rank}.action")
+    try:
+        target = importlib.import_module(payload["module"])
+        for part in payload["name"].split("."):
+            target = getattr(target, part)
+        value = target(*payload["args"], **payload["kwargs"])
+        record = ("ok", value)
+        try:
+            pickle.dumps(record)
+        except Exception as exc:  # noqa: BLE001 - report, never lose the rank's outcome
+            record = ("error", f"rank {rank} returned an unpicklable value: {exc!r}")
+    except BaseException:  # noqa: BLE001 - every failure must reach the parent
+        record = ("error", traceback.format_exc())
+    _write(payload["results"], rank, record)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if record[0] == "ok":
+        release = os.path.join(payload["results"], "release")
+        deadline = time.monotonic() + 3600
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return 0 if record[0] == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
