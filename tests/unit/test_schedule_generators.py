@@ -108,12 +108,28 @@ def test_dualpipev_bubble_and_memory(p, m):
         return
     schedule, r = run("DualPipeV", p, m)
     validate_schedule(schedule, 2 * p, m, stage_to_rank=stage_to_rank_map(p, 2, "v"), check_progress=False)
-    # measured: p-1 units, flushed or overlapped; DualPipe's table bounds it by
-    # (PP/2-1)(F&B+B-3W) with PP = 2p stages, F&B = F+B (no overlap here), B = 2, W = 1
-    assert r.makespan - r.ideal == p - 1
-    assert max(r.spans) - r.ideal == p - 1
-    assert r.makespan - r.ideal <= (p - 1) * ((1 + 2) + 2 - 3 * 1)
-    assert max(r.peak_activations) == 2 * p + 1  # DualPipe's "PP + 1"
+    # Accounting: the simulator runs each overlapped "F with B" pair as two actions in a row (F's
+    # result is ready after F); DualPipe's table counts the pair as one F&B block, both results at
+    # its end. Costs per chunk F = 1, B = 2 (full backward), W = 1; PP = 2p stages on p ranks.
+    # Expected bubble, derived: rank p-1 starts with the forward of stage p-1, which waits for p-1
+    # forwards, and every rank has 2m (F + B) = 6m units of work, so makespan - ideal >= (p-1) F for
+    # any V schedule (the floor). DualPipe's (PP/2 - 1)(F&B + B - 3W) with no overlap gain,
+    # F&B = F + B = 3, is 2(p-1) in the one-block accounting (test_schedule_closed_forms re-times
+    # this order that way and gets exactly that); splitting a pair only makes results earlier, so
+    # it is an upper bound here. DualPipeV's split-pair order reaches the floor:
+    floor, dualpipe_table = (p - 1) * 1, (2 * p // 2 - 1) * ((1 + 2) + 2 - 3 * 1)
+    assert r.makespan - r.ideal == floor
+    assert r.makespan - r.ideal <= dualpipe_table
+    # Overlapped iterations: a rank's span is at most the makespan, so at most the floor (derived).
+    # That it equals it (rank 0, which starts at 0, ends last) is measured: DualPipe's accounting
+    # has no overlapped-iteration figure to check it against.
+    assert max(r.spans) - r.ideal <= floor
+    assert max(r.spans) - r.ideal == p - 1  # measured, see above
+    # Peak, derived: DualPipe's "PP + 1" activations per device with PP = 2p stages; by hand along
+    # the published steps, rank r holds 2(p-1-r) + 2(r+1) = 2p chunks after steps 1-2, step 3
+    # (I, W, F) keeps 2p, and each main-loop round's first F makes 2p + 1 before a B frees one
+    # (m >= 2p gives every rank at least one main-loop round).
+    assert r.peak_activations == (2 * p + 1,) * p
     kinds = {a.kind for acts in schedule.values() for a in acts}
     assert kinds == {Kind.F, Kind.B, Kind.I, Kind.W} if p > 1 else kinds >= {Kind.F, Kind.B}
 
