@@ -64,7 +64,6 @@ def bench_rank(calls: int, key: str = "compiled"):
     paddle_ext.install()
 
     import paddle
-    import paddle.distributed as dist
 
     import paddle_ext.dispatch as pd
     from paddle_ext.compat import fast_key

@@ -169,7 +169,6 @@ def rank_bench(names, m_factor: int, steps: int, model=(H, BLOCKS, ROWS), pin: b
     paddle_ext.install()
 
     import paddle
-    import paddle.distributed as dist
     import paddle.nn.functional as F
 
     _configure(*model)

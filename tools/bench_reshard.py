@@ -67,7 +67,6 @@ def rank_bench(mib: int, repeat: int) -> dict:
 
     import numpy as np
     import paddle
-    import paddle.distributed as dist
 
     from paddle_ext.compat.convert import to_paddle_placements
     from paddle_ext.reshard.dygraph import PaddleBackend, reshard

@@ -56,8 +56,6 @@ def smoke_rank():
     dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
     paddle_ext.install()
 
-    import paddle.distributed as dist
-
     mesh = dist.ProcessMesh(list(range(dist.get_world_size())), dim_names=["tp"])
     xs, ys, w1, w2 = _data()
     return _train(w1, w2, xs, ys, lambda t, dim: dist.shard_tensor(t, mesh, [dist.Shard(dim)]))

@@ -56,8 +56,6 @@ def train_save_continue(plan_name, steps_before, steps_after, path):
     dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
     paddle_ext.install()
 
-    import paddle.distributed as dist
-
     parallel = _setup(plan_name, seed=0)
     batches = make_batches(steps_before + steps_after, 8, CFG.seq_len, CFG.vocab, seed=0)
     before = [parallel.train_step(x, y) for x, y in batches[:steps_before]]
@@ -76,8 +74,6 @@ def load_continue(plan_name, steps_before, steps_after, path):
     dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
     paddle_ext.install()
 
-    import paddle.distributed as dist
-
     parallel = _setup(plan_name, seed=99)
     batches = make_batches(steps_before + steps_after, 8, CFG.seq_len, CFG.vocab, seed=0)
     parallel.train_step(*batches[0])  # creates the optimizer's accumulators; the load overwrites them
@@ -95,8 +91,6 @@ def load_without_cpu_fix(plan_name, path):
 
     dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
     paddle_ext.install()
-
-    import paddle.distributed as dist
 
     from paddle_ext.compat import FIXES
 

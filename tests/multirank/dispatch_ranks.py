@@ -136,7 +136,6 @@ def ops_fwd_bwd(names, world, key):
     paddle_ext.install()
 
     import paddle
-    import paddle.distributed as dist
     import paddle.nn.functional as F
 
     import paddle_ext.dispatch as pd
@@ -368,7 +367,6 @@ def to_static_losses(dense, steps=3):
     paddle_ext.install()
 
     import paddle
-    import paddle.distributed as dist
 
     import paddle_ext.dispatch as pd
 

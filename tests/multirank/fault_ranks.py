@@ -44,7 +44,6 @@ def pipeline_with_hanging_stage(schedule_name, hang_rank, hang_call):
     paddle_ext.install()
 
     import paddle
-    import paddle.distributed as dist
     import paddle.nn as nn
     import paddle.nn.functional as F
 

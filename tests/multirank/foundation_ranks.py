@@ -11,7 +11,6 @@ def allreduce_rank_sum(extra):
     dist.init_parallel_env()  # a user's script joins the gloo world
 
     import paddle
-    import paddle.distributed as dist
 
     t = paddle.to_tensor([float(dist.get_rank() + 1)])
     dist.all_reduce(t)
@@ -24,7 +23,6 @@ def raise_on_rank(bad_rank):
     dist.init_parallel_env()  # a user's script joins the gloo world
 
     import paddle
-    import paddle.distributed as dist
 
     if dist.get_rank() == bad_rank:
         raise ValueError(f"injected failure on rank {bad_rank}")

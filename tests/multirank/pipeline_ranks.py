@@ -76,7 +76,6 @@ def run_grid(configs, steps=2, lr=0.1):
     paddle_ext.install()
 
     import paddle
-    import paddle.distributed as dist
     import paddle.nn.functional as F
 
     from paddle_ext.errors import ScheduleError
@@ -168,7 +167,6 @@ def run_pp_tp(names, m=4, steps=2, lr=0.1):
     paddle_ext.install()
 
     import paddle
-    import paddle.distributed as dist
     import paddle.nn as nn
     import paddle.nn.functional as F
 

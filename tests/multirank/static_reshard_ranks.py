@@ -221,7 +221,6 @@ def program_cases(cases, ours: bool) -> list:
     paddle_ext.install()
 
     import paddle
-    import paddle.distributed as dist
     from paddle.distributed.auto_parallel.static import pir_pass
     from paddle.distributed.auto_parallel.static.process_group import get_all_process_groups
 

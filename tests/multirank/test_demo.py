@@ -1,7 +1,6 @@
 """The demo: every documented plan matches the single-process run; bad requests fail cleanly."""
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -50,17 +49,15 @@ def test_default_demo_cli_end_to_end(tmp_path):
     (["--plan", "pp2", "--schedule", "NoSuchSchedule"], "NoSuchSchedule"),
     (["--plan", "pp2", "--microbatches", "3"], "does not divide the batch"),
 ])
-def test_bad_requests_fail_before_launch(args, needle):
-    start = time.monotonic()
-    proc = _demo(*args, timeout=60)
+def test_bad_requests_fail_before_launch(args, needle, tmp_path):
+    proc = _demo(*args, "--out", str(tmp_path), timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert needle in proc.stderr, proc.stderr
-    assert time.monotonic() - start < 60
+    assert not (tmp_path / "logs").exists()  # refused before any rank was launched
 
 
 def test_failing_rank_ends_the_demo(tmp_path):
-    start = time.monotonic()
     proc = _demo("--plan", "tp2", "--steps", "2", "--inject-fault", "1", "--timeout", "120", "--out", str(tmp_path))
     assert proc.returncode == 1
     assert "rank 1 raised" in proc.stderr and "injected fault on rank 1" in proc.stderr, proc.stderr[-2000:]
-    assert time.monotonic() - start < 120
+    assert "rank 0 timeout" not in proc.stderr and "rank 1 timeout" not in proc.stderr  # bounded by the fault

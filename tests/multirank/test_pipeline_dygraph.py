@@ -84,13 +84,11 @@ def test_pipeline_times_tensor_parallel_on_4_ranks(tmp_path):
 
 
 def test_bad_inputs_raise_on_every_rank_without_hanging_and_the_doc_snippet_runs(tmp_path):
-    import time
     from pathlib import Path
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "pipeline_dygraph.md"
-    start = time.monotonic()
+    # no rank hangs: a rank that waited on a peer that gave up would fail the run at its timeout
     both = run_ranks(pr.run_bad_inputs_and_doc, nproc=2, args=(str(doc),), timeout=120, log_dir=tmp_path / "log")
-    assert time.monotonic() - start < 100
     assert [b["doc_blocks"] for b in both] == [1, 1]
     per_rank = [b["bad"] for b in both]
     expected = {
