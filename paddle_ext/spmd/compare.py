@@ -11,12 +11,13 @@ so tests and docs can quote it.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..placements import DistSpec, Partial, Shard, format_placements
 from .opcases import CASES
 from .paddle_bridge import PaddleRule
 from .registry import get_spmd_rule
+from .result import RuleResult
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class Instance:
     op: str
     specs: tuple            # one entry per tensor parameter (a tuple of DistSpec for a list)
     attrs: tuple            # sorted (name, value) pairs
+    outs: tuple = ()        # backward instances: the requested output specs
 
     def flat(self) -> list[DistSpec]:
         out = []
@@ -35,7 +37,13 @@ class Instance:
         ins = " ".join(f"{list(s.shape)}{format_placements(s.placements)}" for s in self.flat())
         mesh = "x".join(map(str, self.flat()[0].mesh_shape))
         attrs = ", ".join(f"{k}={v}" for k, v in self.attrs)
-        return f"{self.op}(mesh {mesh}) {ins}" + (f" {{{attrs}}}" if attrs else "")
+        outs = " ".join(f"{list(s.shape)}{format_placements(s.placements)}" for s in self.outs)
+        return (f"{self.op}{' backward' if self.outs else ''}(mesh {mesh}) {ins}" + (f" -> {outs}" if outs else "")
+                + (f" {{{attrs}}}" if attrs else ""))
+
+    def shapes(self) -> list:
+        """Input shapes per tensor parameter (a list of shapes for a tensor list)."""
+        return [[tuple(x.shape) for x in s] if isinstance(s, tuple) else tuple(s.shape) for s in self.specs]
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,7 @@ class Disagreement:
     ours: str
     paddle: str
     where: str      # "inputs" | "outputs" | "error"
+    answer: tuple = field(default=(), compare=False)   # ours: (required inputs, outputs), for ground truth
 
     def __str__(self) -> str:
         return f"{self.instance}: ours {self.ours} vs Paddle {self.paddle} ({self.where})"
@@ -102,23 +111,53 @@ def _text(specs) -> str:
     return ",".join(format_placements(s.placements) for s in specs)
 
 
+def _structured(inst: Instance) -> list:
+    return [list(s) if isinstance(s, tuple) else s for s in inst.specs]
+
+
+def _paddle_args(inst: Instance) -> list:
+    """Paddle's positional arguments: tensor inputs, (backward) the outputs, then attributes."""
+    specs = _structured(inst)
+    args = CASES[inst.op].paddle_args(specs, _thaw(inst.attrs))
+    if not inst.outs:
+        return args
+    n = sum(isinstance(a, (DistSpec, list)) for a in args)  # expand passes expand_as a target tensor
+    outs = [list(inst.outs)] if inst.op in LIST_OUTPUT_OPS else list(inst.outs)
+    return args[:n] + outs + args[n:]
+
+
 def run_ours(inst: Instance):
+    """Ours: the pure API forward; backward through the Paddle-convention bridge (DistTensorSpec
+    in, TensorDistAttr out), as a caller of ``infer_backward`` sees it."""
     rule = get_spmd_rule(inst.op, "ext")
-    specs = [list(s) if isinstance(s, tuple) else s for s in inst.specs]
-    return rule.infer(specs, _thaw(inst.attrs))
+    if not inst.outs:
+        return rule.infer(_structured(inst), _thaw(inst.attrs))
+    from ..compat import spmd as cspmd
+
+    mesh = cspmd.process_mesh(inst.flat()[0].mesh_shape)
+    dts = lambda x: cspmd.dist_tensor_spec(x, mesh)  # noqa: E731
+    attrs = _thaw(inst.attrs)
+    args = [[dts(x) for x in s] if isinstance(s, list) else dts(s) for s in _structured(inst)]
+    outs = [dts(o) for o in inst.outs]
+    args += [outs] if inst.op in LIST_OUTPUT_OPS else outs
+    args += [attrs.get(p.name, p.default) for p in rule.params if p.kind == "attr"]
+    ins, outs = rule.infer_backward(*args)
+    flat_ins = [a for x in ins for a in (x if isinstance(x, list) else [x])]
+    req = tuple(cspmd.spec_from_dist_attr(a, g.shape) for a, g in zip(flat_ins, inst.flat()))
+    return RuleResult(inst.op, req, tuple(cspmd.spec_from_dist_attr(a, o.shape) for a, o in zip(outs, inst.outs)))
 
 
 def run_paddle(inst: Instance):
-    case = CASES[inst.op]
-    specs = [list(s) if isinstance(s, tuple) else s for s in inst.specs]
-    args = case.paddle_args(specs, _thaw(inst.attrs))
-    res = PaddleRule(case.paddle).infer_positional(args)
+    res = PaddleRule(CASES[inst.op].paddle).infer_positional(_paddle_args(inst), backward=bool(inst.outs))
     n_tensor = len(inst.flat())
     return res.inputs[:n_tensor], res.outputs
 
 
 def compare(inst: Instance) -> Disagreement | None:
-    """None when both rules agree on required inputs and outputs (shard order ignored)."""
+    """None when both rules agree on required inputs and outputs (shard order ignored).
+
+    A backward instance (``inst.outs``) compares ``infer_backward``: the inputs each side asks
+    for and the outputs each side says the op will produce from them."""
     try:
         ours = run_ours(inst)
         o_in, o_out = ours.inputs, ours.outputs
@@ -134,27 +173,64 @@ def compare(inst: Instance) -> Disagreement | None:
         if ours_err and paddle_err:
             return None
         return Disagreement(inst, ours_err or f"{_text(o_in)} = {_text(o_out)}",
-                            paddle_err or f"{_text(p_in)} = {_text(p_out)}", "error")
+                            paddle_err or f"{_text(p_in)} = {_text(p_out)}", "error",
+                            () if ours_err else (tuple(o_in), tuple(o_out)))
     # Paddle drops the reduce type of partial inputs it keeps; compare mapping + partial dims
+    where = None
     if [_key(s) for s in o_in] != [_key(s) for s in p_in]:
-        return Disagreement(inst, f"{_text(o_in)} = {_text(o_out)}", f"{_text(p_in)} = {_text(p_out)}", "inputs")
-    if [_key(s) for s in o_out] != [_key(s) for s in p_out]:
-        return Disagreement(inst, f"{_text(o_in)} = {_text(o_out)}", f"{_text(p_in)} = {_text(p_out)}", "outputs")
-    return None
+        where = "inputs"
+    elif [_key(s) for s in o_out] != [_key(s) for s in p_out]:
+        where = "outputs"
+    if where is None:
+        return None
+    return Disagreement(inst, f"{_text(o_in)} = {_text(o_out)}", f"{_text(p_in)} = {_text(p_out)}", where,
+                        (tuple(o_in), tuple(o_out)))
 
 
-def compare_op(op: str, n: int, seed: int = 0) -> tuple[int, list[Disagreement]]:
-    """(cases run, disagreements) for ``n`` random instances of ``op``."""
+#: ops whose outputs Paddle's infer_backward takes as one list argument
+LIST_OUTPUT_OPS = frozenset({"split"})
+#: ops whose Paddle ``infer_backward`` is a *gradient* rule (input gradients from output
+#: gradients: bmm's matmul-grad, mean_all's and expand_as's x_grad), not reverse inference:
+#: its answer has the inputs' ranks, so the backward comparison skips them
+PADDLE_BACKWARD_IS_GRAD = frozenset({"bmm", "expand", "mean_all"})
+
+
+def random_backward_cases(op: str, n: int, seed: int = 0) -> list[Instance]:
+    """``n`` seeded backward instances: inputs as :func:`random_cases` (no partial), and random
+    requested output specs (shapes from the dense op, placements R/S(d) per mesh dim)."""
+    from .validator import dense_case
+
+    rng = random.Random(seed + 7919)
     out = []
-    cases = random_cases(op, n, seed)
-    for inst in cases:
-        d = compare(inst)
-        if d is not None:
-            out.append(d)
+    for inst in random_cases(op, n, seed, partial=False):
+        _, dense_out = dense_case(op, inst.shapes(), _thaw(inst.attrs), seed)
+        mesh = inst.flat()[0].mesh_shape
+        outs = tuple(_placements(rng, tuple(d.shape), mesh, False) for d in dense_out)
+        out.append(Instance(op, inst.specs, inst.attrs, outs))
+    return out
+
+
+def compare_op(op: str, n: int, seed: int = 0, backward: bool = False) -> tuple[int, list[Disagreement]]:
+    """(cases run, disagreements) for ``n`` random instances of ``op`` (``infer_backward``'s
+    instances when ``backward``)."""
+    cases = random_backward_cases(op, n, seed) if backward else random_cases(op, n, seed)
+    out = [d for d in map(compare, cases) if d is not None]
     return len(cases), out
 
 
-__all__ = ["Disagreement", "Instance", "compare", "compare_op", "random_cases", "run_ours", "run_paddle"]
+def ground_truth(d: Disagreement) -> str:
+    """'' when paddle-ext's side of ``d`` is right by the dense computation on simulated ranks
+    (its required inputs, the op run per rank, its claimed outputs rebuilt), else why not."""
+    from .validator import check_claim
+
+    if not d.answer:
+        return f"paddle-ext raised ({d.ours}) where Paddle answered {d.paddle}"
+    required, outs = d.answer
+    return check_claim(d.instance.op, d.instance.shapes(), _thaw(d.instance.attrs), required, outs)
+
+
+__all__ = ["CATEGORIES", "Disagreement", "Instance", "PADDLE_BACKWARD_IS_GRAD", "compare", "compare_op", "ground_truth", "random_backward_cases",
+           "random_cases", "run_ours", "run_paddle"]
 
 
 
@@ -181,6 +257,10 @@ CATEGORIES = {
              "to co-shard; paddle-ext picks the cheapest reshard per mesh dim",
     "expand-as": "Paddle has no `expand` rule; the comparison uses `expand_as`, whose output follows "
                  "the target tensor y (passed replicated), so Paddle replicates x",
+    "outputs-differ": "infer_backward: the requested outputs of a multi-output op disagree on a mesh dim "
+                      "(split pieces, layer_norm's out vs mean/var); Paddle merges them into one "
+                      "sharding, paddle-ext keeps only what the op can produce (split: every piece "
+                      "alike, else replicated)",
 }
 
 
@@ -190,7 +270,7 @@ def _co(spec: DistSpec) -> bool:
 
 def classify(d: Disagreement) -> str | None:
     """The documented category that explains ``d`` (first match), or None."""
-    specs = d.instance.flat()
+    specs = d.instance.flat() + list(d.instance.outs)
     mesh = specs[0].mesh_shape
     if d.where == "error" and d.paddle.startswith("error"):
         return "paddle-error"
@@ -213,6 +293,10 @@ def classify(d: Disagreement) -> str | None:
         return "align"
     if d.instance.op == "expand":
         return "expand-as"
+    outs = d.instance.outs
+    if len(outs) >= 2 and any(len({p.dim if isinstance(p, Shard) else None
+                                   for o in outs for p in [o.placements[m]]}) > 1 for m in range(len(mesh))):
+        return "outputs-differ"
     for m in range(len(mesh)):
         pos = {s.ndim - p.dim for s in specs for p in [s.placements[m]] if isinstance(p, Shard)}
         users = [s for s in specs if isinstance(s.placements[m], Shard)]

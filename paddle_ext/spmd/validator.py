@@ -162,11 +162,7 @@ def check_instance(op: str, shapes, attrs: dict, placements, source: str = "ext"
     case = CASES[op]
     rep = report if report is not None else Report(op, source)
     flat_shapes = _flat_shapes(shapes)
-    rng = np.random.default_rng(seed)
-    dense_inputs = case.inputs(rng, flat_shapes, attrs) if case.inputs else \
-        [np.asarray(rng.standard_normal(s)) for s in flat_shapes]
-    dense_out = case.dense(attrs)(None, *dense_inputs) if case.needs_ctx else case.dense(attrs)(*dense_inputs)
-    dense_out = dense_out if isinstance(dense_out, tuple) else (dense_out,)
+    dense_inputs, dense_out = dense_case(op, shapes, attrs, seed)
     out_shapes = [np.shape(o) for o in dense_out]
     given = [DistSpec(s, mesh, p) for s, p in zip(flat_shapes, placements)]
     text = _case_text(op, given, attrs)
@@ -180,6 +176,22 @@ def check_instance(op: str, shapes, attrs: dict, placements, source: str = "ext"
     claim = (",".join(format_placements(s.placements) for s in required) + " = "
              + ",".join(format_placements(s.placements) for s in outs))
     # false positive: run on the required layout, rebuild the claimed outputs
+    bad = claim_problems(case, attrs, dense_inputs, dense_out, required, outs, mesh, seed)
+    if bad:
+        rep.false_positives.append(Finding(op, source, text, claim, bad))
+    # false negative: a reshard was asked although the given layout already works
+    if any(g.placements != r.placements for g, r in zip(given, required)):
+        works = _valid_outputs(case, attrs, dense_inputs, given, dense_out, mesh, seed)
+        if works is not None:
+            rep.false_negatives.append(Finding(
+                op, source, text, claim, "no reshard needed: the given inputs already give "
+                + ",".join(format_placements(w) for w in works)))
+    return rep
+
+
+def claim_problems(case: OpCase, attrs, dense_inputs, dense_out, required, outs, mesh, seed: int = 0) -> str:
+    """Why a claim is wrong ('' when right): the inputs laid out as ``required``, the op run
+    locally per rank, the outputs rebuilt from the claimed placements ``outs`` vs the dense result."""
     try:
         outs = [DistSpec(np.shape(d), mesh, spec.placements) for spec, d in zip(outs, dense_out)]
         local = _local_run(case, attrs, _shard_all(dense_inputs, required, seed), required, outs)
@@ -190,18 +202,28 @@ def check_instance(op: str, shapes, attrs: dict, placements, source: str = "ext"
             ok, why = _matches({c: o[k] for c, o in local.items()}, spec, d)
             if not ok:
                 bad.append(f"out{k} {format_placements(spec.placements)}: {why}")
-        if bad:
-            rep.false_positives.append(Finding(op, source, text, claim, "; ".join(bad)))
+        return "; ".join(bad)
     except Exception as exc:
-        rep.false_positives.append(Finding(op, source, text, claim, f"local op failed: {type(exc).__name__}: {exc}"))
-    # false negative: a reshard was asked although the given layout already works
-    if any(g.placements != r.placements for g, r in zip(given, required)):
-        works = _valid_outputs(case, attrs, dense_inputs, given, dense_out, mesh, seed)
-        if works is not None:
-            rep.false_negatives.append(Finding(
-                op, source, text, claim, "no reshard needed: the given inputs already give "
-                + ",".join(format_placements(w) for w in works)))
-    return rep
+        return f"local op failed: {type(exc).__name__}: {exc}"
+
+
+def dense_case(op: str, shapes, attrs: dict, seed: int = 0):
+    """(dense inputs, dense outputs as a tuple) of one instance of ``op``."""
+    case = CASES[op]
+    flat_shapes = _flat_shapes(shapes)
+    rng = np.random.default_rng(seed)
+    dense_inputs = case.inputs(rng, flat_shapes, attrs) if case.inputs else \
+        [np.asarray(rng.standard_normal(s)) for s in flat_shapes]
+    dense_out = case.dense(attrs)(None, *dense_inputs) if case.needs_ctx else case.dense(attrs)(*dense_inputs)
+    return dense_inputs, dense_out if isinstance(dense_out, tuple) else (dense_out,)
+
+
+def check_claim(op: str, shapes, attrs: dict, required, outs, seed: int = 0) -> str:
+    """Ground truth for one answer (whoever gave it): '' when the op run on the ``required``
+    input specs gives the claimed output placements ``outs``, else why not."""
+    dense_inputs, dense_out = dense_case(op, shapes, attrs, seed)
+    mesh = required[0].mesh_shape
+    return claim_problems(CASES[op], attrs, dense_inputs, dense_out, list(required), list(outs), mesh, seed)
 
 
 def _valid_outputs(case, attrs, dense_inputs, given, dense_out, mesh, seed):
@@ -262,4 +284,4 @@ def known_ops(source: str = "ext") -> list[str]:
     return sorted(o for o, c in CASES.items() if source == "ext" or c.paddle)
 
 
-__all__ = ["Finding", "Report", "check_instance", "check_op", "known_ops"]
+__all__ = ["Finding", "Report", "check_claim", "check_instance", "claim_problems", "dense_case", "check_op", "known_ops"]
