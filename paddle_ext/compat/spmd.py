@@ -82,7 +82,8 @@ def is_absent_dist_tensor_spec(dts) -> bool:
     """True for Paddle's way of passing an absent optional input: ``DistTensorSpec([0],
     TensorDistAttr())`` (no process mesh; e.g. layer_norm without bias)."""
     pm = _call(dts, "process_mesh")
-    return pm is None or len(pm.shape) == 0
+    shape = list(_call(dts, "shape"))
+    return (pm is None or len(pm.shape) == 0) and (not shape or 0 in shape)
 
 
 def absent_dist_attr(rank: int = 1):
