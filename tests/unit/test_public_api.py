@@ -21,7 +21,8 @@ def test_reshard_is_callable_and_a_package():
 
 
 def test_reshard_call_reaches_the_executor():
-    paddle = pytest.importorskip("paddle")
+    import paddle
+
     with pytest.raises(paddle_ext.ReshardPlanError, match="reshard needs a DistTensor"):
         paddle_ext.reshard(paddle.ones([2]), None, [])
 
