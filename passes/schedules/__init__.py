@@ -21,45 +21,67 @@ from typing import Callable, Dict, Optional, Tuple
 
 from paddle_ext.errors import ScheduleError
 from paddle_ext.passes.schedule_ir import Schedule
-from paddle_ext.passes.schedules.dualpipe_v import dualpipe_v
-from paddle_ext.passes.schedules.fthenb import fthenb
-from paddle_ext.passes.schedules.interleaved_1f1b import interleaved_1f1b
-from paddle_ext.passes.schedules.interleaved_zb import interleaved_zb
-from paddle_ext.passes.schedules.looped_bfs import looped_bfs
-from paddle_ext.passes.schedules.one_f_one_b import one_f_one_b
-from paddle_ext.passes.schedules.zb_h1 import zb_h1
-from paddle_ext.passes.schedules.zb_h2 import zb_h2
-from paddle_ext.passes.schedules.zb_v import zb_v
+from paddle_ext.passes.schedules._checks import SizeRule
+from paddle_ext.passes.schedules.dualpipe_v import SIZES as _DUALPIPE_V, dualpipe_v
+from paddle_ext.passes.schedules.fthenb import SIZES as _FTHENB, fthenb
+from paddle_ext.passes.schedules.interleaved_1f1b import SIZES as _INTERLEAVED_1F1B, interleaved_1f1b
+from paddle_ext.passes.schedules.interleaved_zb import SIZES as _INTERLEAVED_ZB, interleaved_zb
+from paddle_ext.passes.schedules.looped_bfs import SIZES as _LOOPED_BFS, looped_bfs
+from paddle_ext.passes.schedules.one_f_one_b import SIZES as _ONE_F_ONE_B, one_f_one_b
+from paddle_ext.passes.schedules.zb_h1 import SIZES as _ZB_H1, zb_h1
+from paddle_ext.passes.schedules.zb_h2 import SIZES as _ZB_H2, zb_h2
+from paddle_ext.passes.schedules.zb_v import SIZES as _ZB_V, zb_v
 
-__all__ = ["ScheduleInfo", "SCHEDULES", "get_schedule_info", "get_schedule_generator", "generate_schedule",
-           "schedule_names"] + ["fthenb", "one_f_one_b", "interleaved_1f1b", "looped_bfs", "zb_h1", "zb_h2",
-                                "zb_v", "dualpipe_v", "interleaved_zb"]
+__all__ = ["ScheduleInfo", "SizeRule", "SCHEDULES", "get_schedule_info", "get_schedule_generator",
+           "generate_schedule", "schedule_names"] + ["fthenb", "one_f_one_b", "interleaved_1f1b", "looped_bfs",
+                                                     "zb_h1", "zb_h2", "zb_v", "dualpipe_v", "interleaved_zb"]
 
 Generator = Callable[[int, int, int], Schedule]
 
 
 @dataclass(frozen=True)
 class ScheduleInfo:
-    """A generator and what a caller needs to know about it."""
+    """A generator and what a caller needs to know about it, the sizes it accepts included
+    (``sizes`` is the rule the generator itself checks).
+
+    >>> info = get_schedule_info("DualPipeV")
+    >>> info.valid_sizes(2, 4), info.valid_sizes(2, 3), info.valid_sizes(2, 4, n_chunks=1)
+    (True, False, False)
+    >>> info.nearest_valid_sizes(2, 3, 1), get_schedule_info("VPP").nearest_valid_sizes(4, 6, 3)
+    ((2, 4, 2), (4, 8, 3))
+    """
 
     name: str
     generate: Generator
     placement: str  # "loop" (stage s on rank s % p) or "v"
     default_chunks: int  # stages per rank when not given
+    sizes: SizeRule  # the (n_ranks, n_microbatches, n_chunks) the generator accepts
     aliases: Tuple[str, ...] = ()
     summary: str = ""
 
+    def valid_sizes(self, n_ranks: int, n_microbatches: int, n_chunks: Optional[int] = None) -> bool:
+        """True if the generator accepts these sizes (``n_chunks`` defaults to the schedule's);
+        if False, the generator raises a :class:`~paddle_ext.errors.ScheduleError` naming the fix."""
+        return self.sizes.accepts(n_ranks, n_microbatches, self.default_chunks if n_chunks is None else n_chunks)
+
+    def nearest_valid_sizes(self, n_ranks: int, n_microbatches: int,
+                            n_chunks: Optional[int] = None) -> Tuple[int, int, int]:
+        """``(n_ranks, n_microbatches, n_chunks)`` the generator accepts, as close as the error's fix."""
+        return self.sizes.nearest(n_ranks, n_microbatches, self.default_chunks if n_chunks is None else n_chunks)
+
 
 SCHEDULES: Dict[str, ScheduleInfo] = {info.name: info for info in (
-    ScheduleInfo("FThenB", fthenb, "loop", 1, ("GPipe",), "all forwards, then all backwards"),
-    ScheduleInfo("1F1B", one_f_one_b, "loop", 1, (), "warm-up forwards, then one forward one backward"),
-    ScheduleInfo("VPP", interleaved_1f1b, "loop", 2, ("Interleaved1F1B",), "1F1B over v interleaved chunks"),
-    ScheduleInfo("LoopedBFS", looped_bfs, "loop", 2, (), "breadth-first over v looped chunks"),
-    ScheduleInfo("ZBH1", zb_h1, "loop", 1, (), "split backward, W deferred, 1F1B memory"),
-    ScheduleInfo("ZBH2", zb_h2, "loop", 1, (), "split backward, more warm-up, 2x 1F1B memory"),
-    ScheduleInfo("ZBV", zb_v, "v", 2, ("ZBVZeroBubble",), "zero bubble on a V placement, 1F1B memory"),
-    ScheduleInfo("DualPipeV", dualpipe_v, "v", 2, (), "DeepSeek's DualPipeV order (F&B pairs run in sequence)"),
-    ScheduleInfo("InterleavedZB", interleaved_zb, "loop", 2, ("InterleavedZeroBubble",),
+    ScheduleInfo("FThenB", fthenb, "loop", 1, _FTHENB, ("GPipe",), "all forwards, then all backwards"),
+    ScheduleInfo("1F1B", one_f_one_b, "loop", 1, _ONE_F_ONE_B, (), "warm-up forwards, then one forward one backward"),
+    ScheduleInfo("VPP", interleaved_1f1b, "loop", 2, _INTERLEAVED_1F1B, ("Interleaved1F1B",),
+                 "1F1B over v interleaved chunks"),
+    ScheduleInfo("LoopedBFS", looped_bfs, "loop", 2, _LOOPED_BFS, (), "breadth-first over v looped chunks"),
+    ScheduleInfo("ZBH1", zb_h1, "loop", 1, _ZB_H1, (), "split backward, W deferred, 1F1B memory"),
+    ScheduleInfo("ZBH2", zb_h2, "loop", 1, _ZB_H2, (), "split backward, more warm-up, 2x 1F1B memory"),
+    ScheduleInfo("ZBV", zb_v, "v", 2, _ZB_V, ("ZBVZeroBubble",), "zero bubble on a V placement, 1F1B memory"),
+    ScheduleInfo("DualPipeV", dualpipe_v, "v", 2, _DUALPIPE_V, (),
+                 "DeepSeek's DualPipeV order (F&B pairs run in sequence)"),
+    ScheduleInfo("InterleavedZB", interleaved_zb, "loop", 2, _INTERLEAVED_ZB, ("InterleavedZeroBubble",),
                  "interleaved 1F1B with split backward, W deferred"),
 )}
 _BY_LOWER_NAME = {name.lower(): info for info in SCHEDULES.values() for name in (info.name,) + info.aliases}

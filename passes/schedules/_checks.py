@@ -5,9 +5,12 @@ The generators take ``(n_ranks, n_microbatches, n_chunks)``; on the command line
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
 from paddle_ext.errors import ScheduleError
 
-__all__ = ["check_sizes", "require_chunks", "require_microbatches", "require_divisible"]
+__all__ = ["SizeRule", "check_sizes", "require_chunks", "require_microbatches", "require_divisible"]
 
 
 def _is_count(value) -> bool:
@@ -43,3 +46,53 @@ def require_divisible(name: str, n_microbatches: int, n_ranks: int, why: str) ->
         hint = f"{lower} or {upper}" if lower else f"{upper}"
         raise ScheduleError(f"{name}: n_microbatches (--microbatches) must be a multiple of n_ranks ({n_ranks}) "
                             f"because {why}; got {n_microbatches}: use {hint}")
+
+
+@dataclass(frozen=True)
+class SizeRule:
+    """The sizes one generator accepts; the generator checks them with :meth:`check`, so what it
+    refuses and what :meth:`accepts` says are one rule. Beyond ints >= 1: ``chunks``, the one
+    ``n_chunks`` allowed (None: any); ``min_microbatches_per_rank``, ``n_microbatches >= k *
+    n_ranks``; ``multiple_of_ranks``, ``n_microbatches % n_ranks == 0``. Each ``*_why`` ends up in
+    the error message (``{n_ranks}`` is filled in).
+
+    >>> rule = SizeRule(chunks=2, chunks_why="a V", min_microbatches_per_rank=2, min_why="one per stage")
+    >>> rule.accepts(2, 4, 2), rule.accepts(2, 3, 2), rule.accepts(2, 4, 1)
+    (True, False, False)
+    >>> rule.nearest(2, 3, 1)
+    (2, 4, 2)
+    """
+
+    chunks: Optional[int] = None
+    chunks_why: str = ""
+    min_microbatches_per_rank: int = 1
+    min_why: str = ""
+    multiple_of_ranks: bool = False
+    multiple_why: str = ""
+
+    def check(self, name: str, n_ranks, n_microbatches, n_chunks) -> None:
+        """Raise :class:`ScheduleError` naming the parameter and the fix unless the sizes are accepted."""
+        check_sizes(name, n_ranks, n_microbatches, n_chunks)
+        if self.chunks is not None:
+            require_chunks(name, n_chunks, self.chunks, self.chunks_why)
+        if self.min_microbatches_per_rank > 1:
+            require_microbatches(name, n_microbatches, self.min_microbatches_per_rank * n_ranks,
+                                 self.min_why.format(n_ranks=n_ranks))
+        if self.multiple_of_ranks:
+            require_divisible(name, n_microbatches, n_ranks, self.multiple_why)
+
+    def accepts(self, n_ranks, n_microbatches, n_chunks) -> bool:
+        """True if :meth:`check` passes."""
+        try:
+            self.check("", n_ranks, n_microbatches, n_chunks)
+        except ScheduleError:
+            return False
+        return True
+
+    def nearest(self, n_ranks: int, n_microbatches: int, n_chunks: int) -> Tuple[int, int, int]:
+        """The accepted sizes an error message points to: the required ``n_chunks``, and
+        ``n_microbatches`` raised to the minimum and then to the next multiple of ``n_ranks``."""
+        p, m = max(1, n_ranks), max(1, n_microbatches, self.min_microbatches_per_rank * max(1, n_ranks))
+        if self.multiple_of_ranks:
+            m = -(-m // p) * p
+        return p, m, self.chunks if self.chunks is not None else max(1, n_chunks)

@@ -22,11 +22,14 @@ rank 1 |  .  1F0 2F0 1F1 2F1 1F2 2B0 ~~~ 2F2 1B0 ~~~ 1F3 2B1 ~~~ 2F3 1B1 ~~~ 2B2
 from __future__ import annotations
 
 from paddle_ext.passes.schedule_ir import Schedule
-from paddle_ext.passes.schedules._checks import check_sizes, require_chunks, require_microbatches
+from paddle_ext.passes.schedules._checks import SizeRule
 from paddle_ext.passes.schedules._phases import expand_phases
 from paddle_ext.passes.stage_placement import stages_on_rank
 
 NAME = "DualPipeV"
+SIZES = SizeRule(chunks=2, chunks_why="DualPipeV puts exactly 2 stages on each rank (a V)",
+                 min_microbatches_per_rank=2,
+                 min_why="DualPipeV needs at least as many microbatches as stages (2 x {n_ranks} ranks)")
 
 
 def _backward_round(rank: int) -> str:
@@ -42,10 +45,7 @@ def _backward_round(rank: int) -> str:
 
 def dualpipe_v(n_ranks: int, n_microbatches: int, n_chunks: int = 2) -> Schedule:
     """DualPipeV order on ``n_ranks`` ranks (``2 * n_ranks`` stages in a V)."""
-    check_sizes(NAME, n_ranks, n_microbatches, n_chunks)
-    require_chunks(NAME, n_chunks, 2, "DualPipeV puts exactly 2 stages on each rank (a V)")
-    require_microbatches(NAME, n_microbatches, 2 * n_ranks, f"DualPipeV needs at least as many microbatches "
-                         f"as stages (2 x {n_ranks} ranks)")
+    SIZES.check(NAME, n_ranks, n_microbatches, n_chunks)
     p, m = n_ranks, n_microbatches
     schedule = {}
     for r in range(p):

@@ -13,15 +13,15 @@ rank 2 |  .   .  2F0 2F1 2F2 2B0 ~~~ 2B1 ~~~ 2B2 ~~~
 from __future__ import annotations
 
 from paddle_ext.passes.schedule_ir import Schedule
-from paddle_ext.passes.schedules._checks import check_sizes, require_chunks
+from paddle_ext.passes.schedules._checks import SizeRule
 from paddle_ext.passes.schedules._phases import expand_phases
 
 NAME = "FThenB"
+SIZES = SizeRule(chunks=1, chunks_why="each rank holds one stage (LoopedBFS is FThenB with several)")
 
 
 def fthenb(n_ranks: int, n_microbatches: int, n_chunks: int = 1) -> Schedule:
     """GPipe order on ``n_ranks`` ranks: ``F`` of every microbatch, then ``B`` of every microbatch."""
-    check_sizes(NAME, n_ranks, n_microbatches, n_chunks)
-    require_chunks(NAME, n_chunks, 1, "each rank holds one stage (LoopedBFS is FThenB with several)")
+    SIZES.check(NAME, n_ranks, n_microbatches, n_chunks)
     phases = [(n_microbatches, "F0"), (n_microbatches, "B0")]
     return {rank: expand_phases(phases, (rank,), n_microbatches) for rank in range(n_ranks)}

@@ -20,9 +20,10 @@ from __future__ import annotations
 from typing import List
 
 from paddle_ext.passes.schedule_ir import Action, Kind, Schedule
-from paddle_ext.passes.schedules._checks import check_sizes, require_divisible
+from paddle_ext.passes.schedules._checks import SizeRule
 
 NAME = "VPP"
+SIZES = SizeRule(multiple_of_ranks=True, multiple_why="microbatches enter the pipeline in groups of n_ranks")
 
 
 def interleaved_order(n_ranks: int, n_microbatches: int, n_chunks: int, rank: int,
@@ -48,6 +49,5 @@ def interleaved_order(n_ranks: int, n_microbatches: int, n_chunks: int, rank: in
 
 def interleaved_1f1b(n_ranks: int, n_microbatches: int, n_chunks: int = 2) -> Schedule:
     """Interleaved 1F1B on ``n_ranks`` ranks with ``n_chunks`` stages each (``p * v`` stages)."""
-    check_sizes(NAME, n_ranks, n_microbatches, n_chunks)
-    require_divisible(NAME, n_microbatches, n_ranks, "microbatches enter the pipeline in groups of n_ranks")
+    SIZES.check(NAME, n_ranks, n_microbatches, n_chunks)
     return {rank: interleaved_order(n_ranks, n_microbatches, n_chunks, rank) for rank in range(n_ranks)}

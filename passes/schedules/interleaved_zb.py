@@ -17,16 +17,16 @@ from __future__ import annotations
 from collections import deque
 
 from paddle_ext.passes.schedule_ir import Action, Kind, Schedule
-from paddle_ext.passes.schedules._checks import check_sizes, require_divisible
+from paddle_ext.passes.schedules._checks import SizeRule
 from paddle_ext.passes.schedules.interleaved_1f1b import interleaved_order
 
 NAME = "InterleavedZB"
+SIZES = SizeRule(multiple_of_ranks=True, multiple_why="microbatches enter the pipeline in groups of n_ranks")
 
 
 def interleaved_zb(n_ranks: int, n_microbatches: int, n_chunks: int = 2) -> Schedule:
     """Interleaved zero-bubble order on ``n_ranks`` ranks with ``n_chunks`` stages each."""
-    check_sizes(NAME, n_ranks, n_microbatches, n_chunks)
-    require_divisible(NAME, n_microbatches, n_ranks, "microbatches enter the pipeline in groups of n_ranks")
+    SIZES.check(NAME, n_ranks, n_microbatches, n_chunks)
     schedule = {}
     for rank in range(n_ranks):
         order, pending = [], deque()

@@ -14,14 +14,15 @@ rank 1 |  .  1F0 1F1 3F0 3F1 3B0 ~~~ 3B1 ~~~ 1B0 ~~~ 1B1 ~~~
 from __future__ import annotations
 
 from paddle_ext.passes.schedule_ir import Action, Kind, Schedule
-from paddle_ext.passes.schedules._checks import check_sizes
+from paddle_ext.passes.schedules._checks import SizeRule
 
 NAME = "LoopedBFS"
+SIZES = SizeRule()  # any n_chunks, any n_microbatches
 
 
 def looped_bfs(n_ranks: int, n_microbatches: int, n_chunks: int = 2) -> Schedule:
     """Breadth-first order on ``n_ranks`` ranks with ``n_chunks`` stages each."""
-    check_sizes(NAME, n_ranks, n_microbatches, n_chunks)
+    SIZES.check(NAME, n_ranks, n_microbatches, n_chunks)
     schedule = {}
     for rank in range(n_ranks):
         stages = [rank + chunk * n_ranks for chunk in range(n_chunks)]

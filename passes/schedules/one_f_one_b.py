@@ -14,16 +14,16 @@ rank 2 |  .   .  2F0 2B0 ~~~ 2F1 2B1 ~~~ 2F2 2B2 ~~~ 2F3 2B3 ~~~
 from __future__ import annotations
 
 from paddle_ext.passes.schedule_ir import Schedule
-from paddle_ext.passes.schedules._checks import check_sizes, require_chunks
+from paddle_ext.passes.schedules._checks import SizeRule
 from paddle_ext.passes.schedules._phases import expand_phases
 
 NAME = "1F1B"
+SIZES = SizeRule(chunks=1, chunks_why="each rank holds one stage (VPP is 1F1B with several)")
 
 
 def one_f_one_b(n_ranks: int, n_microbatches: int, n_chunks: int = 1) -> Schedule:
     """1F1B order on ``n_ranks`` ranks, one stage each."""
-    check_sizes(NAME, n_ranks, n_microbatches, n_chunks)
-    require_chunks(NAME, n_chunks, 1, "each rank holds one stage (VPP is 1F1B with several)")
+    SIZES.check(NAME, n_ranks, n_microbatches, n_chunks)
     schedule = {}
     for rank in range(n_ranks):
         warmup = min(n_ranks - 1 - rank, n_microbatches)

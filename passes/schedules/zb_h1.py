@@ -19,16 +19,16 @@ rank 2 |  .   .  2F0 2I0 2F1 2I1 2F2 2I2 2W0 2W1 2W2
 from __future__ import annotations
 
 from paddle_ext.passes.schedule_ir import Schedule
-from paddle_ext.passes.schedules._checks import check_sizes, require_chunks
+from paddle_ext.passes.schedules._checks import SizeRule
 from paddle_ext.passes.schedules._phases import expand_phases, split_backward_phases
 
 NAME = "ZBH1"
+SIZES = SizeRule(chunks=1, chunks_why="ZB-H1 places one stage per rank (InterleavedZB or ZBV use more)")
 
 
 def zb_h1(n_ranks: int, n_microbatches: int, n_chunks: int = 1) -> Schedule:
     """ZB-H1 order on ``n_ranks`` ranks, one stage each."""
-    check_sizes(NAME, n_ranks, n_microbatches, n_chunks)
-    require_chunks(NAME, n_chunks, 1, "ZB-H1 places one stage per rank (InterleavedZB or ZBV use more)")
+    SIZES.check(NAME, n_ranks, n_microbatches, n_chunks)
     return {rank: expand_phases(split_backward_phases(n_microbatches, warmup=n_ranks - 1 - rank, defer=rank),
                                 (rank,), n_microbatches)
             for rank in range(n_ranks)}

@@ -19,16 +19,16 @@ rank 2 |  .   .  2F0 2I0 2F1 2I1 2F2 2I2 2F3 2I3 2F4 2I4 2W0 2W1 2W2 2W3 2W4
 from __future__ import annotations
 
 from paddle_ext.passes.schedule_ir import Schedule
-from paddle_ext.passes.schedules._checks import check_sizes, require_chunks
+from paddle_ext.passes.schedules._checks import SizeRule
 from paddle_ext.passes.schedules._phases import expand_phases, split_backward_phases
 
 NAME = "ZBH2"
+SIZES = SizeRule(chunks=1, chunks_why="ZB-H2 places one stage per rank (ZBV uses two)")
 
 
 def zb_h2(n_ranks: int, n_microbatches: int, n_chunks: int = 1) -> Schedule:
     """ZB-H2 order on ``n_ranks`` ranks, one stage each."""
-    check_sizes(NAME, n_ranks, n_microbatches, n_chunks)
-    require_chunks(NAME, n_chunks, 1, "ZB-H2 places one stage per rank (ZBV uses two)")
+    SIZES.check(NAME, n_ranks, n_microbatches, n_chunks)
     schedule = {}
     for rank in range(n_ranks):
         phases = split_backward_phases(n_microbatches, warmup=2 * (n_ranks - 1 - rank), defer=2 * rank)

@@ -20,17 +20,17 @@ rank 1 |  .  1F0 2F0 1F1 2F1 2I0 2W0 1F2 1I0 1W0 2F2 2I1 2W1 1I1 2I2 1I2 1W1 2W2
 from __future__ import annotations
 
 from paddle_ext.passes.schedule_ir import Schedule
-from paddle_ext.passes.schedules._checks import check_sizes, require_chunks
+from paddle_ext.passes.schedules._checks import SizeRule
 from paddle_ext.passes.schedules._phases import expand_phases
 from paddle_ext.passes.stage_placement import stages_on_rank
 
 NAME = "ZBV"
+SIZES = SizeRule(chunks=2, chunks_why="a V shape puts exactly 2 stages on each rank")
 
 
 def zb_v(n_ranks: int, n_microbatches: int, n_chunks: int = 2) -> Schedule:
     """ZB-V order on ``n_ranks`` ranks (``2 * n_ranks`` stages in a V)."""
-    check_sizes(NAME, n_ranks, n_microbatches, n_chunks)
-    require_chunks(NAME, n_chunks, 2, "a V shape puts exactly 2 stages on each rank")
+    SIZES.check(NAME, n_ranks, n_microbatches, n_chunks)
     p, n_virtual = n_ranks, max(n_microbatches, 2 * n_ranks - 1)
     schedule = {}
     for r in range(p):
