@@ -2,12 +2,14 @@
 and every schedule run with all its stages on one rank (hand-offs instead of messages)."""
 import doctest
 import importlib
+import re
 
 import numpy as np
 import pytest
 
 from paddle_ext.errors import ScheduleError
-from paddle_ext.passes import add_send_recv, generate_schedule, schedule_names, validate_schedule
+from paddle_ext.passes import (add_send_recv, generate_schedule, get_schedule_info, schedule_names,
+                               validate_schedule)
 from paddle_ext.passes.runtime import get_schedule, split_model, split_sizes, stage_indices
 
 NAMES = schedule_names()
@@ -22,19 +24,20 @@ def test_docstring_examples(module):
 
 
 # ------------------------------------------------------------------------------ deadlock grid
-GRID = [(name, p, m, v) for name in NAMES for p in (2, 4) for m in (p, 2 * p, 3 * p) for v in (1, 2)]
+SIZES = [(name, p, m, v) for name in NAMES for p in (2, 4) for m in (p, 2 * p, 3 * p) for v in (1, 2)]
+GRID = [s for s in SIZES if get_schedule_info(s[0]).valid_sizes(*s[1:])]
+REFUSED = [s for s in SIZES if s not in GRID]
 
 
-@pytest.mark.parametrize("name, p, m, v", GRID, ids=[f"{n}-p{p}-m{m}-v{v}" for n, p, m, v in GRID])
+def _ids(cases):
+    return [f"{n}-p{p}-m{m}-v{v}" for n, p, m, v in cases]
+
+
+@pytest.mark.parametrize("name, p, m, v", GRID, ids=_ids(GRID))
 def test_lowered_schedule_cannot_deadlock_with_blocking_sends(name, p, m, v):
     """What the runtime runs: the generator's IR lowered by add_send_recv, validated by a
     rendezvous simulation (a send waits for its receive, as on gloo)."""
-    try:
-        compute = generate_schedule(name, p, m, v)
-    except ScheduleError as exc:
-        assert "n_chunks" in str(exc) or "n_microbatches" in str(exc)  # a stated constraint, with its fix
-        return
-    lowered = add_send_recv(compute)
+    lowered = add_send_recv(generate_schedule(name, p, m, v))
     shape = validate_schedule(lowered, p * v, m)
     assert shape.lowered and shape.n_stages == p * v
     # every (stage, microbatch) that is split has its I and W on the stage's rank, in that order
@@ -43,6 +46,35 @@ def test_lowered_schedule_cannot_deadlock_with_blocking_sends(name, p, m, v):
         for a in order:
             if "I" in a and "SEND" not in a and "RECV" not in a:
                 assert order.index(a) < order.index(a.replace("I", "W"))
+
+
+FIXES = [(r"pass n_chunks=(\d+)$", 2), (r"use at least (\d+) microbatches$", 1), (r"use (?:\d+ or )?(\d+)$", 1)]
+
+
+@pytest.mark.parametrize("name, p, m, v", REFUSED, ids=_ids(REFUSED))
+def test_refused_sizes_raise_and_say_what_would_work(name, p, m, v):
+    """A size the schedule refuses raises ScheduleError naming the parameter and a value that
+    works: applying the message's fixes reaches sizes the generator accepts."""
+    sizes, fixes = [p, m, v], 0
+    while True:
+        try:
+            generate_schedule(name, *sizes)
+            break
+        except ScheduleError as exc:
+            msg = str(exc)
+            assert msg.startswith(f"{name}: n_") and " must be " in msg and " because " in msg, msg
+            fix = [(int(found[1]), slot) for pattern, slot in FIXES for found in [re.search(pattern, msg)] if found]
+            assert len(fix) == 1, f"no single fix in: {msg}"
+            sizes[fix[0][1]] = fix[0][0]
+            fixes += 1
+            assert fixes <= 2, msg
+    assert fixes >= 1 and tuple(sizes) == get_schedule_info(name).nearest_valid_sizes(p, m, v)
+
+
+def test_the_grid_keeps_every_schedule_and_refuses_what_the_generators_refuse():
+    assert {n for n, *_ in GRID} == set(NAMES)
+    assert ("DualPipeV", 2, 2, 2) in REFUSED and ("1F1B", 2, 2, 2) in REFUSED and ("ZBV", 4, 8, 1) in REFUSED
+    assert ("VPP", 4, 4, 1) in GRID and ("LoopedBFS", 2, 2, 1) in GRID
 
 
 # --------------------------------------------------------------------------------- names

@@ -16,17 +16,11 @@ ALL = schedule_names()
 
 
 def valid_sizes(name, p, m, v):
-    """(p, m, v) adjusted to what ``name`` accepts."""
+    """(p, m, v) moved to the nearest sizes ``name`` accepts, by the schedule's own size rule."""
     info = get_schedule_info(name)
-    if info.placement == "v":
-        v = 2
-    elif name in ("FThenB", "1F1B", "ZBH1", "ZBH2"):
-        v = 1
-    if name in ("VPP", "InterleavedZB"):
-        m = max(p, m - m % p)
-    if name == "DualPipeV":
-        m = max(m, 2 * p)
-    return p, m, v
+    sizes = info.nearest_valid_sizes(p, m, v)
+    assert info.valid_sizes(*sizes), (name, sizes)
+    return sizes
 
 
 def check_lowering(name, p, m, v, costs=None):
