@@ -55,6 +55,16 @@ class DispatchError(ShardingRuleError):
     """A dispatched op cannot run as asked: no rule, mixed meshes, or unservable placements."""
 
 
+class HandBack(DispatchError):
+    """paddle-ext cannot serve this call, and Paddle can: the caller runs Paddle's own op.
+
+    Raised before anything runs (no reshard, no collective), the same way on every rank that
+    sees the same tensors: a dynamic (-1) dimension inside ``dist.to_static``, or a rank outside
+    the tensors' mesh (Paddle's design: such a rank computes nothing locally). A caller with no
+    Paddle op to hand back to (:func:`paddle_ext.dispatch.spmd_op`) reports it as the
+    :class:`DispatchError` it is."""
+
+
 def _fix_text(*which: int) -> str:
     return "; ".join(FIXES[i] for i in (which or range(len(FIXES))))
 
@@ -539,6 +549,13 @@ def _make_plan(op, slots, attrs, flat, mesh, static) -> Plan:
                 f"inputs {specs}); every input of one op must be on the same mesh -- reshard across meshes first "
                 f"(paddle_ext.reshard.reshard(x, mesh, placements))")
     mshape = tuple(int(s) for s in mesh.shape)
+    dynamic = [t for t in dist_ts if any(int(d) < 0 for d in t.shape)]
+    if dynamic:
+        raise HandBack(f"{op}: {_describe(dynamic[0])} has a dynamic (-1) dimension, which paddle-ext's rules do "
+                       f"not size; Paddle's own op serves it")
+    if cd.mesh_coord(mesh) is None:
+        raise HandBack(f"{op}: this rank ({cd.current_rank()}) is not in {cd.describe_mesh(mesh)}; Paddle's own "
+                       f"op serves a rank outside the tensors' mesh")
     specs = []
     for t in flat:
         if cd.is_dist(t):
@@ -558,9 +575,6 @@ def _make_plan(op, slots, attrs, flat, mesh, static) -> Plan:
     if log.isEnabledFor(logging.DEBUG):
         log.debug("%s", result)
     coord = cd.mesh_coord(mesh)
-    if coord is None:
-        raise DispatchError(f"{op}: this rank ({cd.current_rank()}) is not in {cd.describe_mesh(mesh)}; call the "
-                            f"op only on ranks of the tensors' mesh")
     from ..compat.convert import to_paddle_placements
 
     out_local = tuple([int(v) for v in o.local_shape(coord)] for o in result.outputs)
@@ -832,5 +846,5 @@ def explain_call(op: str, specs: Sequence[DistSpec], attrs: dict | None = None) 
     return "\n".join(lines)
 
 
-__all__ = ["Call", "DispatchError", "LocalCtx", "dispatch", "explain_call", "get_rule", "has_dist",
+__all__ = ["Call", "DispatchError", "HandBack", "LocalCtx", "dispatch", "explain_call", "get_rule", "has_dist",
            "format_placements"]

@@ -11,6 +11,7 @@ replicates.
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -321,10 +322,21 @@ OPS: tuple[PaddleOp, ...] = (
 BY_NAME = {o.name: o for o in OPS}
 
 
+_HANDED_BACK: set = set()
+
+
+def _note_hand_back(name: str, why: str) -> None:
+    """One log line per op and reason (the reason's first clause), not one per call."""
+    key = (name, why.split(";")[0])
+    if key not in _HANDED_BACK:
+        _HANDED_BACK.add(key)
+        logging.getLogger("paddle_ext.dispatch").warning("paddle-ext hands %s back to Paddle: %s", name, why)
+
+
 def make_wrapper(op: PaddleOp, original: Callable) -> Callable:
     """The patched public function: DistTensor calls through the rule, the rest to ``original``."""
     from ..compat.dispatch import is_dist
-    from .core import dispatch
+    from .core import HandBack, dispatch
 
     try:
         sig = inspect.signature(original)
@@ -358,7 +370,11 @@ def make_wrapper(op: PaddleOp, original: Callable) -> Callable:
                     b.arguments[n] = v
             return original(*b.args, **b.kwargs)
 
-        return dispatch(op.rule, slots, attrs, run_local)
+        try:
+            return dispatch(op.rule, slots, attrs, run_local)
+        except HandBack as why:   # raised before anything ran: Paddle's own op serves the call
+            _note_hand_back(op.name, str(why))
+            return original(*args, **kwargs)
 
     wrapper.__name__ = getattr(original, "__name__", op.name)
     wrapper.__qualname__ = getattr(original, "__qualname__", op.name)
