@@ -1,7 +1,7 @@
 """Run a Python function on N CPU ranks through ``python -m paddle.distributed.launch`` (gloo).
 
->>> run_ranks(my_module.check_matmul, nproc=2, args=(4,), timeout=120)   # doctest: +SKIP
-[<rank 0's return value>, <rank 1's return value>]
+    run_ranks(my_module.check_matmul, nproc=2, args=(4,), timeout=120)
+    # -> [rank 0's return value, rank 1's return value]
 
 The function must be importable by module and name (a module-level function of an importable
 module; test modules work because the parent's ``sys.path`` is passed on). Each rank runs
