@@ -156,8 +156,13 @@ def run_cases(cases, steps: int, ours: bool) -> dict:
     return out
 
 
-def dense_losses(case: str, steps: int) -> list:
-    """Single-process reference: same weights, data, batches and SGD, no distribution."""
+def dense_losses(case: str, steps: int, row_blocks: int = 1) -> list:
+    """Single-process reference: same weights, data, batches and SGD, no distribution.
+
+    With ``row_blocks = n`` each step gives ``n`` values too: the loss over each of the batch's
+    ``n`` equal row blocks, from the same dense trajectory -- what rank ``k`` of a run whose
+    output is sharded by rows over ``n`` ranks sees as its loss.
+    """
     import paddle
 
     weights = _weights(case)
@@ -169,11 +174,15 @@ def dense_losses(case: str, steps: int) -> list:
     for step in range(steps):
         x = paddle.to_tensor(xs[step * BATCH:(step + 1) * BATCH])
         y = paddle.to_tensor(ys[step * BATCH:(step + 1) * BATCH])
-        loss = paddle.nn.functional.mse_loss(_forward(case, x, p, lambda v, t: v), y)
+        out = _forward(case, x, p, lambda v, t: v)
+        loss = paddle.nn.functional.mse_loss(out, y)
+        rows = BATCH // row_blocks
+        blocks = [float(paddle.nn.functional.mse_loss(out[k * rows:(k + 1) * rows], y[k * rows:(k + 1) * rows]))
+                  for k in range(row_blocks)] if row_blocks > 1 else None
         loss.backward()
         opt.step()
         opt.clear_grad()
-        losses.append(float(loss.numpy()))
+        losses.append(blocks if blocks else float(loss.numpy()))
     return losses
 
 

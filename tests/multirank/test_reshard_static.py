@@ -139,5 +139,8 @@ def test_to_static_training_matches_dense(tmp_path):
         if case == "uneven_chain":  # the loss is replicated: every rank has the dense value
             for row in losses:
                 np.testing.assert_allclose(row, dense, rtol=1e-5)
-        else:  # the output is sharded by rows: each rank's loss is its half, their mean is dense
+        else:  # the output is sharded by rows: each rank's loss is its half's, and their mean the whole's
+            halves = np.array(sr.dense_losses(case, steps, row_blocks=2))   # [step, rank]
+            for rank in range(2):
+                np.testing.assert_allclose(losses[rank], halves[:, rank], rtol=1e-5, err_msg=f"{case} rank {rank}")
             np.testing.assert_allclose(losses.mean(axis=0), dense, rtol=1e-5)
