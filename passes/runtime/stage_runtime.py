@@ -250,7 +250,9 @@ class StageRunner:
             raise ScheduleError(f"stage {self.index} ({channel}): tensor shapes changed within a step "
                                 f"({sent} then {metas}); every microbatch of a step must have the same shapes")
         for t in tensors:
-            dist.send(t._local_value() if t.is_dist() else t, dst=dst, group=group)
+            local = t._local_value() if t.is_dist() else t
+            # point-to-point sends need contiguous memory (gloo and NCCL refuse a strided view)
+            dist.send(local if local.is_contiguous() else local.contiguous(), dst=dst, group=group)
 
     def _recv(self, channel: str, src: int):
         import paddle

@@ -35,7 +35,18 @@ def _models():
             x = x + self.attn(h, h, h)
             return x + self.fc2(nn.functional.gelu(self.fc1(self.ln2(x))))
 
-    return {"mlp": (MLPBlock, [None, H]), "transformer": (Block, [None, 4, H])}
+    class TransposingBlock(nn.Layer):
+        """Returns a strided view (a transpose of its last two dims): not contiguous in memory."""
+
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(H, H)
+
+        def forward(self, x):
+            return paddle.tanh(self.fc(x)).transpose([0, 2, 1])
+
+    return {"mlp": (MLPBlock, [None, H]), "transformer": (Block, [None, 4, H]),
+            "transposing": (TransposingBlock, [None, H, H])}
 
 
 def _data(shape, batch, seed):

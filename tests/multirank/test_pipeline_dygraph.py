@@ -65,6 +65,14 @@ def test_every_schedule_on_2_ranks_matches_single_process(tmp_path):
     assert passed == {(n, k) for n in NAMES for k in ("mlp", "transformer")}
 
 
+def test_a_stage_output_that_is_a_strided_view_is_sent(tmp_path):
+    """A stage may return a view (here a transpose); point-to-point sends need contiguous memory
+    (gloo and NCCL both refuse a strided tensor: "The tensor must be contiguous")."""
+    configs = [("1F1B", "transposing", 2, 1), ("ZBV", "transposing", 4, 2)]
+    per_rank = run_ranks(pr.run_grid, nproc=2, args=(configs,), timeout=240, log_dir=tmp_path / "log")
+    assert _check(per_rank, 2) == {("1F1B", "transposing"), ("ZBV", "transposing")}
+
+
 def test_every_schedule_on_4_ranks_matches_single_process(tmp_path):
     configs = _grid(4, (4, 8), (8,))
     per_rank = run_ranks(pr.run_grid, nproc=4, args=(configs,), timeout=300, log_dir=tmp_path / "log")
