@@ -1,0 +1,262 @@
+"""Paddle's own auto-parallel scenarios (``test/auto_parallel`` in the Paddle repo), re-written.
+
+Each scenario names the Paddle file it stands for and does what that file does, in the process
+state that file uses (most never call ``dist.init_parallel_env()``). Every scenario runs in three
+modes: Paddle alone, after ``paddle_ext.install()``, after ``install()`` + ``enable()``.
+
+* rank side: :func:`run_scenarios` runs a list of scenarios in one launch, writing each result
+  to disk as soon as it has it (a crash or a hang loses only the scenario in progress);
+* parent side: :func:`run_mode` launches batches, isolates what crashes, and :func:`classify`
+  assembles every rank's local values into the global tensor and compares it with the dense
+  computation and with Paddle alone.
+
+Scenario functions live in the family modules ``scenario_ranks_{reshard,ops,train}.py``; each
+returns ``(outputs, dense)``: ``outputs`` maps a name to :func:`rec` of a tensor (local value,
+placements, mesh), ``dense`` maps the same name to the single-process numpy value.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+MODES = ("alone", "install", "enable")
+NPROC = 2
+
+
+# ---------------------------------------------------------------- rank side
+def rec(t):
+    """What the parent needs to rebuild ``t``'s global value: no communication on the rank."""
+    import paddle.distributed as dist
+
+    if not t.is_dist():
+        return ("A", t.numpy())
+    pls = []
+    for p in t.placements:
+        if p.is_shard():
+            pls.append(("S", p.get_dim()))
+        elif p.is_partial():
+            pls.append(("P", "avg" if p.reduce_type() == dist.ReduceType.kRedAvg else "sum"))
+        else:
+            pls.append(("R",))
+    mesh = t.process_mesh
+    local = t._local_value().numpy() if dist.get_rank() in mesh.process_ids else None
+    return ("T", local, pls, list(mesh.shape), list(mesh.process_ids), list(t.shape))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    # Paddle's errors start with a C++ stack banner; its summary line is the useful one
+    for ln in lines:
+        if "Error" in ln and "Traceback" not in ln and not ln.startswith("C++"):
+            return ln[:300]
+    return (lines[0] if lines else type(exc).__name__)[:300]
+
+
+def _registry() -> dict:
+    import scenario_ranks_ops
+    import scenario_ranks_reshard
+    import scenario_ranks_train
+
+    table = {}
+    for mod in (scenario_ranks_reshard, scenario_ranks_ops, scenario_ranks_train):
+        table.update(mod.SCENARIOS)
+    return table
+
+
+def run_scenarios(mode: str, names: list, out_dir: str) -> int:
+    """One rank: apply ``mode``, run each scenario, write ``out_dir/<idx>.<rank>.pkl`` per result."""
+    from paddle_ext.testing import record_action
+
+    if mode != "alone":
+        import paddle_ext
+
+        paddle_ext.install()
+        if mode == "enable":
+            paddle_ext.enable()
+    rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
+    table = _registry()
+    for i, name in enumerate(names):
+        record_action(f"scenario {name}")
+        try:
+            outputs, dense = table[name].fn()
+            result = ("ok", outputs, dense)
+        except Exception as exc:  # noqa: BLE001 - a scenario's failure is its result
+            result = ("error", _first_line(exc), None)
+        tmp = Path(out_dir) / f".{i}.{rank}.tmp"
+        with open(tmp, "wb") as f:
+            pickle.dump(result, f)
+        os.replace(tmp, Path(out_dir) / f"{i}.{rank}.pkl")
+    return len(names)
+
+
+# ---------------------------------------------------------------- parent side
+@dataclass
+class Scenario:
+    fn: object
+    paddle_file: str           # the Paddle test it re-writes (under test/auto_parallel/)
+    group: str = "noinit"      # "noinit" | "init" (calls init_parallel_env) | "isolated"
+    exact: bool = False        # paddle-ext must give bit-identical values (same collectives)
+    timeout: float = 90.0      # for an isolated launch
+    note: str = ""
+
+
+@dataclass
+class Outcome:
+    status: str                # "pass" | "error" | "crash" | "wrong"
+    detail: str = ""
+    values: dict = field(default_factory=dict)
+
+
+def assemble(recs: list):
+    """The global value from every rank's :func:`rec` (Shard: concat, Partial: reduce, Replicate:
+    every copy must be equal; inner mesh dims first)."""
+    kind = recs[0][0]
+    if kind == "A":
+        for r in recs[1:]:
+            if r[0] != "A" or not np.array_equal(r[1], recs[0][1]):
+                raise AssertionError("a dense value differs between ranks")
+        return recs[0][1]
+    _, _, pls, shape, ids, _gshape = recs[0]
+    grid = np.array(ids).reshape(shape)
+    parts = {c: recs[int(grid[c])][1] for c in np.ndindex(*shape)}
+    for axis in reversed(range(len(shape))):
+        merged = {}
+        for prefix in {c[:axis] for c in parts}:
+            group = [parts[prefix + (i,)] for i in range(shape[axis])]
+            p = pls[axis]
+            if p[0] == "S":
+                merged[prefix] = np.concatenate(group, axis=p[1])
+            elif p[0] == "P":
+                total = group[0].astype(np.float64)
+                for g in group[1:]:
+                    total = total + g
+                merged[prefix] = (total / len(group) if p[1] == "avg" else total).astype(group[0].dtype)
+            else:
+                for g in group[1:]:
+                    if g.shape != group[0].shape or not np.array_equal(g, group[0]):
+                        raise AssertionError(f"replicas differ along mesh dim {axis}")
+                merged[prefix] = group[0]
+        parts = merged
+    out = parts[()]
+    if list(out.shape) != list(recs[0][5]):
+        raise AssertionError(f"assembled shape {list(out.shape)} != claimed global shape {recs[0][5]}")
+    return out
+
+
+def classify(per_rank: list, rtol=1e-5, atol=1e-6) -> Outcome:
+    """One scenario's per-rank results -> pass (global values match dense) / error / wrong."""
+    if any(r is None for r in per_rank):
+        return Outcome("crash", "a rank gave no result")
+    errors = [r[1] for r in per_rank if r[0] == "error"]
+    if errors:
+        return Outcome("error", errors[0])
+    outputs = [r[1] for r in per_rank]
+    dense = per_rank[0][2]
+    values = {}
+    for key in dense:
+        try:
+            got = assemble([o[key] for o in outputs])
+        except AssertionError as exc:
+            return Outcome("wrong", f"{key}: {exc}")
+        want = np.asarray(dense[key])
+        if got.shape != want.shape and got.size == want.size == 1:
+            got = got.reshape(want.shape)
+        if got.shape != want.shape or not np.allclose(got, want, rtol=rtol, atol=atol):
+            diff = np.abs(got.astype(np.float64) - want).max() if got.shape == want.shape else "shape"
+            return Outcome("wrong", f"{key}: differs from dense (max |diff| {diff})")
+        values[key] = got
+    return Outcome("pass", values=values)
+
+
+def same_as_alone(alone: Outcome, other: Outcome, exact: bool) -> str | None:
+    """None if ``other`` has alone's values (bit-identical when ``exact``), else what differs."""
+    for key, a in alone.values.items():
+        b = other.values[key]
+        if exact and not np.array_equal(a, b):
+            return f"{key}: not bit-identical to Paddle alone"
+        if not exact and not np.allclose(a, b, rtol=1e-5, atol=1e-6):
+            return f"{key}: differs from Paddle alone"
+    return None
+
+
+def _crash_reason(exc) -> str:
+    for line in str(exc).splitlines():
+        if line.startswith("---") and "(" in line and "stopped" not in line:
+            continue
+        if "Error" in line or "exit code" in line or "no result after" in line or "Segmentation" in line:
+            return line.strip()[:300]
+    return str(exc).splitlines()[0][:300]
+
+
+def _launch(mode, names, log_root: Path, timeout: float) -> tuple[dict, str | None]:
+    """One launch of ``names``; per-scenario per-rank results read back from disk."""
+    from paddle_ext.errors import HarnessError
+    from paddle_ext.testing import run_ranks
+
+    out = Path(tempfile.mkdtemp(prefix=f"scn_{mode}_", dir=log_root))
+    failure = None
+    try:
+        run_ranks(run_scenarios, nproc=NPROC, args=(mode, list(names), str(out)), timeout=timeout,
+                  log_dir=out / "log")
+    except HarnessError as exc:
+        failure = _crash_reason(exc)
+    results = {}
+    for i, name in enumerate(names):
+        per_rank = []
+        for r in range(NPROC):
+            path = out / f"{i}.{r}.pkl"
+            per_rank.append(pickle.loads(path.read_bytes()) if path.exists() else None)
+        results[name] = per_rank
+    return results, failure
+
+
+def _symmetric(per_rank) -> bool:
+    kinds = {r[0] if r else None for r in per_rank}
+    return len(kinds) == 1 and (kinds != {"error"} or len({r[1] for r in per_rank}) == 1)
+
+
+def run_mode(mode: str, names: list, log_root: str | os.PathLike, batch_timeout: float = 240.0) -> dict:
+    """Every scenario of ``names`` in ``mode``: batches per process state, one launch per isolated
+    scenario; a batch whose rank failed or diverged is resumed after that scenario in a new launch."""
+    table = _registry()
+    log_root = Path(log_root)
+    log_root.mkdir(parents=True, exist_ok=True)
+    outcomes = {}
+    queues = {}
+    for n in names:
+        group = table[n].group
+        key = f"isolated:{n}" if group == "isolated" else group
+        queues.setdefault(key, []).append(n)
+    for key, queue in queues.items():
+        timeout = table[queue[0]].timeout if key.startswith("isolated") else batch_timeout
+        while queue:
+            results, failure = _launch(mode, queue, log_root, timeout)
+            done = 0
+            for n in queue:
+                per_rank = results[n]
+                if any(r is None for r in per_rank):
+                    outcomes[n] = Outcome("crash", failure or "a rank gave no result")
+                    done += 1
+                    break
+                outcomes[n] = classify(per_rank)
+                done += 1
+                if not _symmetric(per_rank):
+                    outcomes[n].detail += " (ranks diverged)"
+                    break
+            queue = queue[done:]
+    return outcomes
+
+
+def why(name: str, outcomes: dict) -> str:
+    """The table's reason column: the first failing mode's first line."""
+    for mode in MODES:
+        o = outcomes[mode].get(name)
+        if o is not None and o.status != "pass":
+            return f"{mode}: {o.detail}"
+    return ""
