@@ -29,6 +29,7 @@ from ..compat.views import require_writable_views
 from ..errors import ConversionError, PlacementError, ReshardPlanError
 from ..placements import DistSpec, format_placements
 from .engine import Geometry, exchange, execute
+from . import routing
 from .groups import group_for
 from .native import native_is_exact
 from .layout import coord_in
@@ -158,11 +159,33 @@ class PaddleBackend:
         self.count(self.numel(buf) * self._itemsize(buf))
         return buf
 
+    def gather_sizes(self, vec):
+        """Every member's ``vec`` (equal lengths), by member: one gloo all_gather of int64."""
+        n, t = len(self.world), self.p.to_tensor(list(vec), dtype="int64")
+        out = self.p.empty([n * len(vec)], dtype="int64")
+        self.dist.stream.all_gather(out, t, group=self.group)
+        return out.reshape([n, len(vec)]).numpy().tolist()
+
+    def scatter(self, buf, numel, like, root, payload=None):
+        """gloo's scatter over this backend's group: ``root``'s ``buf`` in equal chunks, in member
+        order; ``payload`` of the ``numel`` elements are data, the rest padding."""
+        out = fresh(self.p, [numel], like.dtype)
+        self.dist.stream.scatter(out, buf.contiguous() if buf is not None else None, src=root, group=self.group)
+        if self.rank != root:
+            payload = numel if payload is None else payload
+            self.count(payload * self._itemsize(out))
+            if self._stats is not None and numel > payload:
+                self._stats["padding_bytes"] = self._stats.get("padding_bytes", 0) + (numel - payload) * self._itemsize(out)
+        return out
+
     _GATHER_DTYPES = ("float32", "float64", "float16", "int32", "int64", "int8", "uint8")
 
     def all_gather_into(self, out, x, members) -> bool:
         """gloo's all_gather of equal shards straight into ``out`` (rank-major slabs); False
         when ``members`` is not this backend's whole group or gloo lacks the dtype."""
+        if len(set(members)) == 1:  # a group of one: no communication (no group may exist)
+            self.p.assign(x, output=out)
+            return True
         if tuple(sorted(members)) != self.world or list(members) != sorted(members) \
                 or str(x.dtype).replace("paddle.", "") not in self._GATHER_DTYPES:
             return False
@@ -174,12 +197,14 @@ class PaddleBackend:
         """gloo's all_reduce on a copy of ``x`` (the source is never written); measured faster
         than the point-to-point reduce-scatter + all-gather into the output. None when
         ``members`` is not this backend's whole group."""
-        if tuple(sorted(members)) != self.world:
+        if len(set(members)) != 1 and tuple(sorted(members)) != self.world:
             return None
-        ops = {"sum": self.dist.ReduceOp.SUM, "max": self.dist.ReduceOp.MAX,
-               "min": self.dist.ReduceOp.MIN}
         y = fresh(self.p, x.shape, x.dtype)   # a clone: the source is never written
         self.p.assign(x, output=y)
+        if len(set(members)) == 1:  # a group of one: nothing to reduce with
+            return y
+        ops = {"sum": self.dist.ReduceOp.SUM, "max": self.dist.ReduceOp.MAX,
+               "min": self.dist.ReduceOp.MIN}
         self.dist.all_reduce(y, op=ops[op], group=self.group)
         n, total = len(members), self.numel(x)
         chunk = -(-total // n) if total else 0
@@ -347,6 +372,19 @@ def _own_fast_path(paddle, src: DistSpec, ranks) -> bool:
     return sorted(ranks) == list(range(paddle.distributed.get_world_size())) or group_for(ranks) is not None
 
 
+def _native(x, mesh, placements, src, dst, stats):
+    """Paddle's own reshard (listeners and ``stats`` told)."""
+    from .install import NATIVE_LISTENERS, original_reshard
+
+    for listener in NATIVE_LISTENERS:
+        listener(src, dst, x.element_size())
+    if stats is not None:
+        same = src.mesh_shape == dst.mesh_shape
+        stats.update(plan="native", plan_bytes=sum(step.bytes for step in plan_reshard(
+            src, dst, itemsize=x.element_size())) if same else None)
+    return original_reshard()(x, mesh, list(placements))
+
+
 def reshard(x, mesh, placements, *, check: bool = True, stats: dict | None = None):
     """Reshard DistTensor ``x`` to ``placements`` on ``mesh`` with paddle-ext's minimal plan.
 
@@ -357,7 +395,14 @@ def reshard(x, mesh, placements, *, check: bool = True, stats: dict | None = Non
     request is invalid or ranks disagree.
     """
     paddle = require_paddle("paddle_ext.reshard")
+    from .install import original_reshard
+
+    if isinstance(x, paddle.Tensor) and x.is_dist() and hasattr(mesh, "process_ids") \
+            and routing.to_paddle_first(paddle, x, mesh):
+        return original_reshard()(x, mesh, list(placements))   # Paddle, exactly as without paddle-ext
     src, dst, s_ranks, d_ranks = _specs(x, mesh, placements)
+    if routing.call_backend(x, mesh) == routing.NCCL and not routing.nccl_keeps(src, dst, s_ranks, d_ranks):
+        return _native(x, mesh, placements, src, dst, stats)
     if check:  # before any data moves, on every path
         _check_request(paddle, x, src, dst, s_ranks, d_ranks)
     differentiable = not x.stop_gradient and paddle.is_grad_enabled()
@@ -367,14 +412,7 @@ def reshard(x, mesh, placements, *, check: bool = True, stats: dict | None = Non
     # (it gathers / reduces straight into the output: tools/bench_reshard.py), so it runs there.
     if s_ranks == d_ranks and native_is_exact(src, dst) and not (differentiable and src.partial_mesh_dims()) \
             and not _own_fast_path(paddle, src, s_ranks):
-        from .install import NATIVE_LISTENERS, original_reshard
-
-        for listener in NATIVE_LISTENERS:
-            listener(src, dst, x.element_size())
-        if stats is not None:
-            stats.update(plan="native", plan_bytes=sum(step.bytes for step in
-                                                       plan_reshard(src, dst, itemsize=x.element_size())))
-        return original_reshard()(x, mesh, list(placements))
+        return _native(x, mesh, placements, src, dst, stats)
     if not differentiable:
         return _reshard_values(x, mesh, placements, False, stats)
     if not _FUNCTION:

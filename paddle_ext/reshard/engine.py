@@ -32,6 +32,7 @@ from ..errors import ReshardPlanError
 from ..placements import DistSpec, Partial, Shard
 from .layout import (box_numel, box_shape, chunk_sizes, coord_in, group_coords, group_pieces,
                      neutral, partner_order, pieces, rank_at, relative)
+from .odd_exchange import Quiet, exchange_by_scatter
 from .planner import CROSS, DST, ReshardStep
 
 
@@ -70,8 +71,9 @@ def exchange(be, members: Sequence[int], outgoing: dict, incoming: dict, targets
     round and each pair always exchanges one message each way (a one-element dummy when there
     is nothing to send). Paddle tags gloo point-to-point messages with a per-group sequence
     number, so a message only matches when sender and receiver have made the same number of
-    calls; lockstep keeps every rank's count equal. It needs an even world size (a rank sitting
-    out a round would fall behind).
+    calls; lockstep keeps every rank's count equal. A group of odd size cannot be paired in every
+    round (a rank sitting out would fall behind), so there every sender scatters its pieces in
+    turn (:func:`~.odd_exchange.exchange_by_scatter`), a collective every rank counts alike.
     """
     got: dict = {}
     me = be.rank
@@ -79,11 +81,9 @@ def exchange(be, members: Sequence[int], outgoing: dict, incoming: dict, targets
     group = tuple(be.world) if lockstep else tuple(sorted(set(members)))
     if me not in group:
         return got
-    if lockstep and len(group) % 2:
-        raise ReshardPlanError(
-            f"point-to-point reshard steps need an even number of ranks on gloo (world of {len(group)}): "
-            f"Paddle's gloo send/recv match messages by a per-group sequence number, which only stays "
-            f"aligned when every rank is paired in every round; run with an even world size")
+    if lockstep and len(group) % 2 and len(group) > 1:
+        # an odd group cannot pair every rank in every round: one collective per sender instead
+        return exchange_by_scatter(be, group, outgoing, incoming, targets)
     for peer in partner_order(group, me):
         outs = [x for x in outgoing.get(peer, []) if be.numel(x)]
         ins = incoming.get(peer, [])
@@ -467,15 +467,22 @@ STEP_EXECUTORS: dict[str, StepExecutor] = {
 }
 
 
+_LOCAL_KINDS = ("slice", "to_partial", "rescale")
+
+
 def execute(be, geo: Geometry, plan: Sequence[ReshardStep], local):
-    """Run ``plan`` on this rank; ``local`` is None on a rank outside the source mesh."""
+    """Run ``plan`` on this rank; ``local`` is None on a rank outside the source mesh.
+
+    A step whose plan bytes are 0 runs with no communication at all (every rank knows the plan,
+    so all skip alike and gloo's message numbering stays aligned)."""
     for step in plan:
         fn = STEP_EXECUTORS.get(step.collective)
         if fn is None:
             raise ReshardPlanError(
                 f"no executor for step kind {step.collective!r} ({step}); known kinds: "
                 f"{', '.join(STEP_EXECUTORS)}")
-        local = fn(be, geo, step, local)
+        quiet = not step.bytes and step.collective not in _LOCAL_KINDS
+        local = fn(Quiet(be) if quiet else be, geo, step, local)
     return local
 
 

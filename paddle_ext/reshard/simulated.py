@@ -48,8 +48,9 @@ class NumpyBackend:
     """Array ops on numpy plus simulated gloo communication (see :mod:`.engine`)."""
 
     def __init__(self, rank: int, world: _World, like: np.ndarray, stats: dict | None,
-                 lockstep: bool = False):
+                 lockstep: bool = False, padding: dict | None = None):
         self.rank, self._w, self.like, self._stats = rank, world, like, stats
+        self._padding = padding
         self.world = world.ranks
         self.lockstep = lockstep
         self._seq = 0  # gloo-like per-group sequence number of point-to-point calls
@@ -143,13 +144,35 @@ class NumpyBackend:
         return tuple(sorted(members)) == self.world
 
     def _collect(self, x):
+        self._seq += 1  # a gloo collective takes one number from the group's counter on every rank
         self._w.slots[self.rank] = x
         self._w.barrier.wait(self._w.timeout)
         vals = dict(self._w.slots)
         self._w.barrier.wait(self._w.timeout)
         return vals
 
+    def gather_sizes(self, vec):
+        vals = self._collect(list(vec))
+        return [list(vals[r]) for r in self.world]
+
+    def scatter(self, buf, numel, like, root, payload=None):
+        """gloo's scatter over the whole world: ``root``'s buffer in equal chunks, in rank order."""
+        vals = self._collect(None if buf is None else np.array(buf, copy=True))
+        full = vals[root]
+        if full is None or full.size != numel * len(self.world):
+            raise SimulationError(f"rank {self.rank}: scatter from rank {root} expected {numel} elements per "
+                                  f"rank, the root gave {None if full is None else full.size}")
+        k = self.world.index(self.rank)
+        if self.rank != root:
+            payload = numel if payload is None else payload
+            self.count(payload * full.itemsize)
+            if self._padding is not None:
+                self._padding[self.rank] = self._padding.get(self.rank, 0) + (numel - payload) * full.itemsize
+        return full[k * numel:(k + 1) * numel].astype(like.dtype, copy=False)
+
     def all_reduce(self, x, op, members):
+        if len(set(members)) == 1:
+            return np.array(x, copy=True)
         if not self._world_group(members):
             return None
         vals = self._collect(x)
@@ -202,13 +225,15 @@ def _check_local(local, src: DistSpec) -> None:
 def simulate_reshard(local: Mapping[tuple, np.ndarray], src: DistSpec, dst: DistSpec, *,
                      src_ranks: Sequence[int] | None = None, dst_ranks: Sequence[int] | None = None,
                      plan=None, stats: dict | None = None, timeout: float = 20.0,
-                     lockstep: bool | None = None) -> dict:
+                     lockstep: bool | None = None, padding: dict | None = None) -> dict:
     """Run the plan from ``src`` to ``dst`` on simulated ranks.
 
     ``local`` maps source mesh coordinates to arrays (e.g. ``testing.simulate.shard_dense``).
     Returns the destination mesh coordinates' arrays. ``stats``, if given, receives each global
-    rank's received bytes. ``lockstep`` (default: when the simulated world is even) runs the
-    exchanges as the gloo backend does and checks gloo's per-group message sequence numbers.
+    rank's received bytes. ``lockstep`` (default: on) runs the exchanges as the gloo backend
+    does (pairwise rounds on even groups, scatters on odd ones) and checks gloo's per-group
+    message sequence numbers. ``padding``, if given, receives each rank's padding bytes (odd
+    groups: each sender's scatter chunk is padded to its largest piece).
     """
     _check_local(local, src)
     s_ranks = _ranks(src_ranks, src.mesh_shape, "source")
@@ -220,7 +245,7 @@ def simulate_reshard(local: Mapping[tuple, np.ndarray], src: DistSpec, dst: Dist
     geo = Geometry(src.shape, src.mesh_shape, s_ranks, dst.mesh_shape, d_ranks)
     world = _World(set(s_ranks) | set(d_ranks), timeout)
     if lockstep is None:
-        lockstep = len(world.ranks) % 2 == 0
+        lockstep = True
     like = np.zeros(0, dtype=next(iter(local.values())).dtype)
     results: dict = {}
     errors: list = []
@@ -228,7 +253,7 @@ def simulate_reshard(local: Mapping[tuple, np.ndarray], src: DistSpec, dst: Dist
     def run(rank):
         c = coord_in(s_ranks, src.mesh_shape, rank)
         mine = None if c is None else np.asarray(local[c])
-        be = NumpyBackend(rank, world, like, stats, lockstep)
+        be = NumpyBackend(rank, world, like, stats, lockstep, padding)
         try:
             results[rank] = execute(be, geo, plan, mine)
         except BaseException as exc:  # reported below with the rank

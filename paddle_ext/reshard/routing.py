@@ -1,0 +1,100 @@
+"""Which reshards paddle-ext runs and which it hands back to Paddle's own ``dist.reshard``.
+
+The rule above all: a program that runs on Paddle alone runs the same way, with the same values,
+after ``paddle_ext.install()``. So paddle-ext only takes a reshard it runs at least as well as
+Paddle does on the backend the call runs on (``compat.backend.backend_of``; docs/backends.md):
+
+* **no parallel environment** (``dist.init_parallel_env()`` not called): Paddle's reshard
+  creates its communicators lazily, paddle-ext's executor needs a process group, and creating
+  one would change the user's process state (``dist.is_initialized()``, group ids, a second
+  rendezvous on the job's store). So every reshard goes to Paddle, with one log line. The one
+  exception is a job of one process on meshes of rank 0 alone: no communication is needed
+  there and paddle-ext's executor runs without any group.
+* **GLOO**: paddle-ext's executor, except what :func:`.native.native_is_exact` says Paddle does
+  exactly and as cheaply (decided in :func:`.dygraph.reshard`).
+* **NCCL**: Paddle's native reshard, except the cases in :data:`NCCL_KEPT` (:func:`nccl_keeps`).
+* **any other backend** (XCCL, BKCL, a custom device): Paddle, with one log line.
+"""
+from __future__ import annotations
+
+from ..compat.backend import GLOO, NCCL, backend_of, note_once, parallel_env_ready, route_unknown
+from ..placements import DistSpec, Partial, Replicate, Shard
+from .groups import group_for
+from .native import _even
+
+#: the reshards paddle-ext keeps on NCCL, each with the reason (what Paddle gets wrong or cannot do)
+NCCL_KEPT = {
+    "partial-target-op": "a Partial(avg|max|min) target: Paddle's reshard sets only the partial dims, so "
+                         "the result is reported as Partial(sum) (avg) or has no function (max/min)",
+    "partial-source-op": "a Partial(avg|max|min) source other than to Replicate on a 1-D mesh: Paddle has "
+                         "no function (P(avg)->S, P(avg)->P) or sums where it should average (P(avg) on "
+                         "an N-D mesh)",
+    "r-to-p-off-rank-0": "R -> P(sum) on a mesh whose first rank is not global rank 0: Paddle keeps the "
+                         "value on global rank 0, so every rank of such a mesh would hold zeros",
+    "s-to-p": "S -> P: Paddle has no direct function on N-D meshes and gathers the whole tensor on 1-D; "
+              "paddle-ext pads the local shard with the reduction's neutral value (0 bytes)",
+    "uneven": "an uneven or empty shard, or a co-shard: Paddle reshapes evenly (wrong shape error), "
+              "segfaults on an empty local shard, or aborts gloo/nccl on uneven N-D gathers",
+    "cross-mesh": "meshes that differ in ranks or shape with a change of placements: Paddle has no "
+                  "function ('Can not reshard') or crashes in SameStatusReshardFunction",
+}
+
+
+def _call_group(x, mesh):
+    """The group a reshard of ``x`` onto ``mesh`` runs on (None: the world group)."""
+    members = sorted(set(x.process_mesh.process_ids) | set(mesh.process_ids))
+    return group_for(members)
+
+
+def to_paddle_first(paddle, x, mesh) -> str | None:
+    """Before paddle-ext looks at the request: why Paddle should run it, or None.
+
+    Decided from the job alone (every rank of a reshard answers alike): no parallel environment,
+    or a backend paddle-ext does not know."""
+    if not parallel_env_ready():
+        world = paddle.distributed.get_world_size()
+        ranks = set(x.process_mesh.process_ids) | set(mesh.process_ids)
+        if world == 1 and ranks <= {0}:
+            return None  # one process: paddle-ext's plan needs no communication at all
+        note_once("no-parallel-env",
+                  "the parallel environment is not initialized (no dist.init_parallel_env()), so paddle-ext "
+                  "has no process group to run on; dist.reshard goes to Paddle's own reshard, which creates its "
+                  "communicators itself (call dist.init_parallel_env() to use paddle-ext's executor)")
+        return "no-parallel-env"
+    backend = call_backend(x, mesh)
+    if route_unknown(backend, "dygraph reshards"):
+        return f"backend {backend}"
+    return None
+
+
+def call_backend(x, mesh) -> str | None:
+    """The backend of the group the reshard runs on (the world's when this rank is not in it)."""
+    group = _call_group(x, mesh)
+    return (backend_of(group) if group is not None else None) or backend_of(None)
+
+
+def nccl_keeps(src: DistSpec, dst: DistSpec, s_ranks, d_ranks) -> str | None:
+    """The :data:`NCCL_KEPT` key when paddle-ext keeps this reshard on NCCL, else None (Paddle)."""
+    if not (_even(src) and _even(dst)) or any(n == 0 for n in src.shape):
+        return "uneven"
+    pairs = list(zip(src.placements, dst.placements))
+    if tuple(s_ranks) != tuple(d_ranks) or src.mesh_shape != dst.mesh_shape:
+        return None if src.placements == dst.placements and not _non_sum(src) else "cross-mesh"
+    for a, b in pairs:
+        if isinstance(b, Partial) and b.op != "sum":
+            return "partial-target-op"
+        if isinstance(a, Partial) and a.op != "sum" and a != b:
+            if not (isinstance(b, Replicate) and len(src.mesh_shape) == 1):
+                return "partial-source-op"
+        if isinstance(a, Shard) and isinstance(b, Partial):
+            return "s-to-p"
+        if isinstance(a, Replicate) and isinstance(b, Partial) and s_ranks[0] != 0:
+            return "r-to-p-off-rank-0"
+    return None
+
+
+def _non_sum(spec: DistSpec) -> bool:
+    return any(isinstance(p, Partial) and p.op != "sum" for p in spec.placements)
+
+
+__all__ = ["GLOO", "NCCL", "NCCL_KEPT", "call_backend", "nccl_keeps", "to_paddle_first"]
