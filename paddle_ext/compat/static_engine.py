@@ -114,13 +114,36 @@ def pass_utils():
     return module
 
 
-def cpu_place_attr():
-    """The ``Place`` value PIR block keyword arguments carry (``place_attr``), for the CPU."""
+def device_place_attr():
+    """The ``Place`` value PIR block keyword arguments carry (``place_attr``): the device this
+    process runs on, as Paddle's own program split chooses it (the expected place; on CUDA the
+    launcher's device id), so a split program on a GPU never lands on the CPU."""
     import paddle
+    from paddle.base.framework import _current_expected_place_
 
-    place = paddle.base.libpaddle.Place()
-    place.set_place(paddle.CPUPlace())
-    return place
+    place = _current_expected_place_()
+    if isinstance(place, paddle.framework.CUDAPlace):
+        place = paddle.framework.CUDAPlace(paddle.distributed.ParallelEnv().dev_id)
+    attr = paddle.base.libpaddle.Place()
+    attr.set_place(place)
+    return attr
+
+
+def overlap_attrs(name: str, environ=None) -> dict:
+    """Pass attributes Paddle's own pipeline pass sets from the environment: for 1F1B,
+    ``FLAGS_1f1b_backward_forward_overlap`` (default 0), read exactly as Paddle reads it.
+
+    >>> overlap_attrs("1F1B", {}), overlap_attrs("1F1B", {"FLAGS_1f1b_backward_forward_overlap": "1"})
+    ({'enable_backward_forward_overlap': 0}, {'enable_backward_forward_overlap': 1})
+    >>> overlap_attrs("VPP", {"FLAGS_1f1b_backward_forward_overlap": "1"})
+    {}
+    """
+    import os
+
+    env = os.environ if environ is None else environ
+    if name != "1F1B":
+        return {}
+    return {"enable_backward_forward_overlap": int(env.get("FLAGS_1f1b_backward_forward_overlap", 0))}
 
 
 def make_job(job_type: str, micro_batch: int):
@@ -526,8 +549,7 @@ def _pipeline_pass(dense_main_program, dense_startup_program, pipeline_strategy)
         "split_backward": pipeline_strategy.split_backward,
         "schedule_name": name,
     }
-    if name == "1F1B":
-        attrs["enable_backward_forward_overlap"] = 0  # Paddle reads an env flag here; CPU has no overlap
+    attrs.update(overlap_attrs(name))   # as Paddle's own pipeline_pass: the user's flag, not ours
     scheduler = new_pass(PASS_PREFIX + name, attrs)
     context = PassContext()
     scheduler.apply(dense_main_program, dense_startup_program, context)

@@ -91,7 +91,7 @@ def build_plan(schedule: str, program, n_microbatches: int, pp_degree: int, pp_s
                             "but the program has no send/recv there; the program's stages (layer meshes, "
                             "vpp_degree, placement) do not match the schedule's "
                             f"({get_schedule_info(schedule).placement} placement)")
-    programs = split_program(program, owner, types, compat.cpu_place_attr())
+    programs = split_program(program, owner, types, compat.device_place_attr())
     logger.info("%s on pipeline rank %d: %d jobs, types %s", schedule, pp_stage, len(jobs), list(types))
     return compat.make_plan(jobs, types, [programs[t] for t in types], n_microbatches)
 
