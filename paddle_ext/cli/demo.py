@@ -1,4 +1,4 @@
-"""``paddle-ext demo``: train a small GPT on CPU ranks under a named plan and check it against dense.
+"""``paddle-ext demo``: train a small GPT on CPU (or GPU) ranks under a named plan and check it against dense.
 
 Launches the ranks through ``paddle.distributed.launch`` (via :func:`paddle_ext.testing.run_ranks`),
 shows a progress bar from rank 0, runs the single-process reference with the same seed and data,
@@ -83,6 +83,39 @@ def _artifacts(plan, args, results, out: Path) -> list[str]:
     return lines
 
 
+def rank_devices(nproc: int, cuda_build: bool, gpus: int, backend: str | None) -> tuple[str, dict]:
+    """Where the demo's ranks run: ``("GPU" | "CPU", extra environment for the ranks)``.
+
+    A CPU build, a CUDA build that sees no GPU, or ``PADDLE_DISTRI_BACKEND=gloo``: CPU ranks on
+    gloo. A CUDA build with at least ``nproc`` GPUs: one GPU per rank, as the launcher assigns
+    them, on Paddle's own backend. Fewer GPUs than ranks is an error that says what would work.
+
+    >>> rank_devices(4, False, 0, None), rank_devices(4, True, 8, None)
+    (('CPU', {}), ('GPU', {}))
+    >>> rank_devices(2, True, 0, None)
+    ('CPU', {'PADDLE_DISTRI_BACKEND': 'gloo', 'CUDA_VISIBLE_DEVICES': ''})
+    """
+    if not cuda_build or (backend or "").lower() == "gloo":
+        return "CPU", {}
+    if gpus == 0:
+        return "CPU", {"PADDLE_DISTRI_BACKEND": "gloo", "CUDA_VISIBLE_DEVICES": ""}
+    if gpus < nproc:
+        raise ValueError(f"the plan runs on {nproc} ranks, one GPU each, but {gpus} GPU(s) are visible; choose a "
+                         f"plan for {gpus} ranks (paddle-ext demo --list-plans), make more GPUs visible "
+                         f"(CUDA_VISIBLE_DEVICES), or run on CPU ranks with PADDLE_DISTRI_BACKEND=gloo")
+    return "GPU", {}
+
+
+def _this_machine(nproc: int) -> tuple[str, dict]:
+    import os
+
+    import paddle
+
+    cuda = bool(paddle.is_compiled_with_cuda())
+    gpus = int(paddle.device.cuda.device_count()) if cuda else 0
+    return rank_devices(nproc, cuda, gpus, os.environ.get("PADDLE_DISTRI_BACKEND"))
+
+
 def run(args) -> int:
     from ..demo.plans import PLANS, parse_plan
     from ..demo.train import RunConfig, reference_losses, train_rank
@@ -111,6 +144,11 @@ def run(args) -> int:
             print(f"paddle-ext demo: error: --microbatches {args.microbatches} does not divide the batch of 8; "
                   f"use 1, 2, 4 or 8", file=sys.stderr)
             return 2
+    try:
+        device, rank_env = _this_machine(nproc)
+    except ValueError as exc:
+        print(f"paddle-ext demo: error: {exc}", file=sys.stderr)
+        return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     progress = out / "progress.jsonl"
@@ -118,7 +156,7 @@ def run(args) -> int:
     run_cfg = RunConfig(plan=plan.name, schedule=args.schedule, steps=args.steps, seed=args.seed,
                         microbatches=args.microbatches, progress_file=str(progress.resolve()),
                         fault_rank=args.inject_fault)
-    print(f"paddle-ext demo: plan {plan.name} on {nproc} CPU ranks "
+    print(f"paddle-ext demo: plan {plan.name} on {nproc} {device} ranks "
           f"(mesh {' x '.join(f'{d}{n}' for d, n in plan.degrees)})"
           + (f", schedule {args.schedule}" if plan.degree("pp") > 1 else "") + f", {args.steps} steps")
     stop = threading.Event()
@@ -126,7 +164,7 @@ def run(args) -> int:
     bar.start()
     try:
         results = run_ranks(train_rank, nproc=nproc, args=(run_cfg.__dict__,), timeout=args.timeout,
-                            log_dir=out / "logs")
+                            log_dir=out / "logs", env=rank_env)
     except HarnessError as exc:
         stop.set()
         bar.join(timeout=2)
@@ -158,7 +196,7 @@ def run(args) -> int:
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("demo", help="train a small GPT under a parallel plan on CPU ranks vs dense")
+    parser = subparsers.add_parser("demo", help="train a small GPT under a parallel plan on CPU (or GPU) ranks vs dense")
     parser.add_argument("--plan", default=DEFAULT_PLAN, help=f"plan name (default {DEFAULT_PLAN}; --list-plans)")
     parser.add_argument("--nproc", type=int, default=None, help="number of ranks (default: what the plan needs)")
     parser.add_argument("--schedule", default="ZBV", help="pipeline schedule for pp plans (default ZBV)")
