@@ -82,6 +82,31 @@ def reset_host_memory_peak() -> None:
     require_paddle(FEATURE).base.core.host_memory_stat_reset_peak_value("Allocated", 0)
 
 
+def action_clock(on_device: bool | None = None):
+    """A clock for timing pipeline actions: ``time.perf_counter`` on the CPU; on a GPU, one that
+    waits for the device's queued work first, so an action's time is its device time and not
+    the time its kernels took to launch. ``on_device`` None: ask Paddle where this process runs.
+
+    >>> import time
+    >>> action_clock(on_device=False) is time.perf_counter
+    True
+    """
+    import time
+
+    if on_device is None:
+        paddle = require_paddle("pipeline profiling")
+        on_device = not paddle.get_device().startswith("cpu")
+    if not on_device:
+        return time.perf_counter
+    paddle = require_paddle("pipeline profiling")
+
+    def device_time() -> float:
+        paddle.device.synchronize()
+        return time.perf_counter()
+
+    return device_time
+
+
 def pylayer_class():
     """``paddle.autograd.PyLayer``."""
     return require_paddle(FEATURE).autograd.PyLayer

@@ -33,7 +33,6 @@ paddle_ext.errors.ScheduleError: unknown schedule 'ZB-H3' (did you mean ...?); k
 """
 from __future__ import annotations
 
-import time
 from typing import Callable, Dict, List, Optional, Sequence
 
 from paddle_ext.errors import ScheduleError
@@ -239,8 +238,9 @@ class PipelineScheduleRuntime:
             pl.reset_host_memory_peak()
             mem0 = pl.host_memory()[0]
         crumbs = recording()
+        clock = pl.action_clock() if self.profile else None   # device time on a GPU, not launch time
         for step_index, action in enumerate(self._actions):
-            t0 = time.perf_counter() if self.profile else 0.0
+            t0 = clock() if self.profile else 0.0
             if crumbs:  # under the test harness: where this rank is, if it never comes back
                 record_action(f"{self.info.name}: pipeline rank {self.pp_rank} at step {step_index} running "
                               f"{action}\n" + format_grid({self.pp_rank: self._actions},
@@ -253,7 +253,7 @@ class PipelineScheduleRuntime:
                     f"{self.info.name}: pipeline rank {self.pp_rank} failed at step {step_index} running {action}: "
                     f"{type(exc).__name__}: {exc}\n{grid}") from exc
             if self.profile:
-                trace.append((str(action), t0, time.perf_counter()))
+                trace.append((str(action), t0, clock()))
         if self.profile:
             cur, peak = pl.host_memory()
             self.last_memory = {"start": mem0, "end": cur, "peak": peak}

@@ -252,3 +252,26 @@ def test_single_rank_errors_name_the_fix():
         sched.step(paddle.randn([8, 8]))
     with pytest.raises(ScheduleError, match="expected paddle PipelineStage"):
         get_schedule("1F1B")([_mlp(1)], 4)
+
+
+def test_profiled_step_times_every_action_with_the_action_clock():
+    """profile=True records (action, start, end) per action with compat's action clock (the
+    device's time on a GPU, perf_counter here), and the host memory of the step."""
+    import time
+
+    import paddle
+
+    from paddle_ext.compat.pipelining import action_clock
+    from paddle_ext.passes.runtime import build_stages, get_schedule, split_model
+
+    assert action_clock() is time.perf_counter   # this machine runs on the CPU
+    model = paddle.nn.Sequential(*[paddle.nn.Linear(4, 4) for _ in range(4)])
+    stages = build_stages(split_model(model, 2), "ZBV", rank=0, n_ranks=1)
+    sched = get_schedule("ZBV")(stages, n_microbatches=4, loss_fn=paddle.nn.functional.mse_loss, profile=True)
+    before = time.perf_counter()
+    sched.step(paddle.randn([8, 4]), target=paddle.zeros([8, 4]), losses=[])
+    trace = sched.last_trace
+    assert [a for a, _, _ in trace] == [str(a) for a in sched._actions]
+    assert all(before <= t0 <= t1 for _, t0, t1 in trace)
+    assert all(trace[i][2] <= trace[i + 1][1] for i in range(len(trace) - 1))   # one after the other
+    assert sched.last_memory["peak"] >= sched.last_memory["start"]
