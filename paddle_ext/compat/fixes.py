@@ -100,12 +100,17 @@ def _mesh_rank_apply():
 
 # -- static Engine on CPU: gloo process groups and ring-0 barrier -----------------------------
 def _cpu_only() -> bool:
-    paddle = require_paddle("static Engine on CPU")
-    from paddle.base import core
+    """True when the job's collectives run on gloo: the world group's backend, read through
+    ``paddle.distributed.get_backend`` (compat.backend), is GLOO; before ``init_parallel_env``
+    (no group to ask), when this process runs on the CPU. Asked when a fix is applied and again
+    by every patched function when it is called, which hands any other backend to Paddle's original."""
+    from .backend import GLOO, backend_of
 
-    if core.is_compiled_with_cuda() or core.is_compiled_with_xpu():
-        return False
-    return not core.get_all_custom_device_type()
+    paddle = require_paddle("static Engine on CPU")
+    backend = backend_of(None)
+    if backend is not None:
+        return backend == GLOO
+    return str(paddle.device.get_device()).startswith("cpu")
 
 
 def _groups_apply():
@@ -118,6 +123,8 @@ def _groups_apply():
     def instantiate(self):
         if self._is_instantiate:
             return
+        if not _cpu_only():  # NCCL, XCCL, ...: Paddle's own
+            return original(self)
         rank = pg._get_global_env().rank
         dygraph_groups = paddle.distributed.collective._get_group_map()
         existing = dygraph_groups.get(self.id)
@@ -143,7 +150,7 @@ def _barrier_apply():
 
     def barrier(x, out, *attrs):
         ring_id = dict(zip(attrs[::2], attrs[1::2])).get("ring_id", 0)
-        if ring_id == 0 and paddle.in_dynamic_mode():
+        if ring_id == 0 and paddle.in_dynamic_mode() and _cpu_only():
             paddle.distributed.barrier()
             return out
         return original(x, out, *attrs)
@@ -160,6 +167,8 @@ def _checkpoint_apply():
     original = dcp_load.load_state_dict
 
     def load_state_dict(*args, **kwargs):
+        if not _cpu_only():  # a GPU job: Paddle's loader moves tensors to the GPU, as it should
+            return original(*args, **kwargs)
         cuda = paddle.Tensor.cuda
         paddle.Tensor.cuda = _stay_on_cpu
         try:

@@ -41,6 +41,7 @@ import collections
 import math
 from typing import Sequence
 
+from ..compat.backend import NCCL, backend_of, route_unknown
 from ..compat.version import require_paddle
 from ..errors import ReshardPlanError
 from ..placements import DistSpec, Partial, Replicate, Shard, format_placements
@@ -159,10 +160,28 @@ class _StaticReshard(_base.ReshardFunction):
 
     def is_suitable(self, src_dist_attr, dst_dist_attr):
         kinds = _kinds(src_dist_attr, dst_dist_attr)
-        return kinds is not None and self.covers(*kinds)
+        if kinds is None or not self.covers(*kinds):
+            return False
+        backend = backend_of(None)  # the static program runs on the world's backend
+        if backend == NCCL:
+            return not self.paddle_exact_on_nccl(*kinds, src_dist_attr.process_mesh)
+        return not route_unknown(backend, "static reshard functions")  # GLOO / no env: as before
+
+    def paddle_exact_on_nccl(self, src, dst, mesh) -> bool:
+        """True when Paddle's own function is exact for this transition on NCCL, whatever the shape."""
+        return False
+
+    def even_goes_to_paddle(self, src, dst) -> bool:
+        """True when, on NCCL, Paddle's own function is exact for even shapes (decided in reshard)."""
+        return False
 
     def reshard(self, src_dist_attr, dst_dist_attr, src_value, dst_type):
         src, dst = _kinds(src_dist_attr, dst_dist_attr)
+        if backend_of(None) == NCCL and self.even_goes_to_paddle(src, dst) \
+                and _even_value(src, src_value, src_dist_attr.process_mesh):
+            theirs = _paddle_function(src_dist_attr, dst_dist_attr)
+            if theirs is not None:  # an even shape on NCCL: Paddle's own ops, as without paddle-ext
+                return theirs.reshard(src_dist_attr, dst_dist_attr, src_value, dst_type)
         name = type(self).__name__
         CALLS[name] += 1
         emit = _Emitter(src_dist_attr.process_mesh, _chunk_id(src_value))
@@ -170,6 +189,22 @@ class _StaticReshard(_base.ReshardFunction):
 
     def _emit(self, emit, src, dst, src_attr, dst_attr, value, dst_type):
         raise NotImplementedError
+
+
+def _even_value(src, value, mesh) -> bool:
+    """The value's (global) shape is known, has no empty dim, and a Shard divides it evenly."""
+    shape = list(value.shape)
+    if any(d <= 0 for d in shape):
+        return False
+    return not isinstance(src, Shard) or shape[src.dim] % len(mesh.process_ids) == 0
+
+
+def _paddle_function(src_attr, dst_attr):
+    """Paddle's own suitable ReshardFunction (paddle-ext's skipped), or None."""
+    for func in _base._g_reshard_func_list:
+        if not isinstance(func, _StaticReshard) and func.is_suitable(src_attr, dst_attr):
+            return func
+    return None
 
 
 class SToPStaticReshard(_StaticReshard):
@@ -213,6 +248,10 @@ class RToPStaticReshard(_StaticReshard):
 
     def covers(self, src, dst):
         return isinstance(src, Replicate) and isinstance(dst, Partial)
+
+    def paddle_exact_on_nccl(self, src, dst, mesh):
+        # Paddle: sum keeps the value on global rank 0; avg/max keep it everywhere; min asserts
+        return dst.op in ("avg", "max") or (dst.op == "sum" and list(mesh.process_ids)[0] == 0)
 
     def _emit(self, emit, src, dst, src_attr, dst_attr, value, dst_type):
         shape = list(value.shape)
@@ -274,6 +313,9 @@ class SToRStaticReshard(_StaticReshard):
     def covers(self, src, dst):
         return isinstance(src, Shard) and isinstance(dst, Replicate)
 
+    def even_goes_to_paddle(self, src, dst):
+        return True  # all_gather; Paddle fails to build only uneven shapes
+
     def _emit(self, emit, src, dst, src_attr, dst_attr, value, dst_type):
         shape = _check_shape(type(self).__name__, value, src_attr, dst_attr)
         x, padded = _gather(emit, src, src_attr, value, shape)
@@ -293,6 +335,9 @@ class SToSStaticReshard(_StaticReshard):
 
     def covers(self, src, dst):
         return isinstance(src, Shard) and isinstance(dst, Shard) and src.dim != dst.dim
+
+    def even_goes_to_paddle(self, src, dst):
+        return True  # Paddle's all_to_all runs on NCCL for even shapes
 
     def _emit(self, emit, src, dst, src_attr, dst_attr, value, dst_type):
         shape = _check_shape(type(self).__name__, value, src_attr, dst_attr)
@@ -317,6 +362,9 @@ class PToSStaticReshard(_StaticReshard):
 
     def covers(self, src, dst):
         return isinstance(src, Partial) and isinstance(dst, Shard)
+
+    def even_goes_to_paddle(self, src, dst):
+        return src.op == "sum"  # reduce_scatter(sum) on NCCL; other reduce types have no function
 
     def _emit(self, emit, src, dst, src_attr, dst_attr, value, dst_type):
         shape = _check_shape(type(self).__name__, value, src_attr, dst_attr)

@@ -85,3 +85,61 @@ def test_a_3_rank_group_in_a_world_of_6(tmp_path):
             Case("2x3:[S(1),P(sum)]->[S(1),S(0)]", (6, 9), rows, "[S(1), P(sum)]", rows, "[S(1), S(0)]")]
     res = run_ranks(dr.odd_world, nproc=6, args=(cases, [rows]), timeout=500, log_dir=tmp_path)
     _check(cases, res)
+
+
+M01, M10 = (0, 1), (1, 0)
+NATIVE_ON_NCCL = {  # Paddle does these exactly on NCCL; on CPU a2a / reduce_scatter have no kernel
+    "R->S(0)": (Case("R->S(0)", (4, 6), M01, "[R]", M01, "[S(0)]"), None),
+    "S(0)->R": (Case("S(0)->R", (4, 6), M01, "[S(0)]", M01, "[R]"), None),
+    "P(sum)->R": (Case("P(sum)->R", (4, 6), M01, "[P(sum)]", M01, "[R]"), None),
+    "S(0)->S(1)": (Case("S(0)->S(1)", (4, 6), M01, "[S(0)]", M01, "[S(1)]"), "all_to_all"),
+    "P(sum)->S(0)": (Case("P(sum)->S(0)", (4, 6), M01, "[P(sum)]", M01, "[S(0)]"), "CReduceScatterOp"),
+}
+KEPT_ON_NCCL = [  # what Paddle gets wrong or cannot do: paddle-ext's executor on every backend
+    Case("partial-target-op:R->P(avg)", (4, 6), M01, "[R]", M01, "[P(avg)]"),
+    Case("partial-target-op:S(0)->P(max)", (4, 6), M01, "[S(0)]", M01, "[P(max)]"),
+    Case("s-to-p:S(1)->P(sum)", (4, 6), M01, "[S(1)]", M01, "[P(sum)]"),
+    Case("uneven:S(0)->R", (5, 7), M01, "[S(0)]", M01, "[R]"),
+    Case("uneven:S(0)->S(1)", (5, 7), M01, "[S(0)]", M01, "[S(1)]"),
+    Case("r-to-p-off-rank-0:R->P(sum)", (4, 6), M10, "[R]", M10, "[P(sum)]"),
+    Case("cross-mesh:S(0)->S(1)", (4, 6), M01, "[S(0)]", M10, "[S(1)]"),
+]
+
+
+@pytest.fixture(scope="module")
+def backend_runs(tmp_path_factory):
+    cases = [c for c, _ in NATIVE_ON_NCCL.values()] + KEPT_ON_NCCL
+    out = {}
+    for answer in ("NCCL", "GLOO"):
+        out[answer] = run_ranks(dr.backend_double, nproc=2, args=(cases, answer), timeout=300,
+                                log_dir=tmp_path_factory.mktemp(f"backend_{answer}"))
+    return cases, out
+
+
+def test_on_nccl_what_paddle_does_exactly_goes_to_paddle(backend_runs):
+    _, runs = backend_runs
+    res = runs["NCCL"]
+    for cid, (case, missing_kernel) in NATIVE_ON_NCCL.items():
+        assert all(r[cid].extra["native"] for r in res), f"{cid} did not go to Paddle's native reshard"
+        if missing_kernel:  # Paddle's own error: proof that Paddle's path ran (no such kernel on CPU)
+            assert all(missing_kernel in r[cid].error for r in res), (cid, [r[cid].error for r in res])
+        else:
+            ok, why = assemble_case(case, [r[cid] for r in res])
+            assert ok, f"{cid}: {why}"
+
+
+def test_on_nccl_the_kept_cases_run_paddle_ext(backend_runs):
+    _, runs = backend_runs
+    res = runs["NCCL"]
+    for case in KEPT_ON_NCCL:
+        assert not any(r[case.id].extra["native"] for r in res), f"{case.id} went to Paddle"
+        ok, why = assemble_case(case, [r[case.id] for r in res])
+        assert ok, f"{case.id}: {why}"
+
+
+def test_on_gloo_nothing_changes(backend_runs):
+    cases, runs = backend_runs
+    for case in cases:  # 1-D meshes of the whole world: paddle-ext's executor, bit-exact
+        assert not any(r[case.id].extra["native"] for r in runs["GLOO"]), case.id
+        ok, why = assemble_case(case, [r[case.id] for r in runs["GLOO"]])
+        assert ok, f"GLOO {case.id}: {why}"
