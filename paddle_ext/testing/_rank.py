@@ -43,6 +43,8 @@ def main(payload_path: str) -> int:
             record = ("error", f"rank {rank} returned an unpicklable value: {exc!r}")
     except BaseException:  # noqa: BLE001 - every failure must reach the parent
         record = ("error", traceback.format_exc())
+    if record[0] == "error":   # the rank's own log says it too, as an uncaught error would
+        sys.stderr.write(record[1])
     _write(payload["results"], rank, record)
     sys.stdout.flush()
     sys.stderr.flush()

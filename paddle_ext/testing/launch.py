@@ -134,7 +134,7 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
         raise HarnessError(
             f"{fn!r} is not importable by module and name; define it at module level of an importable module")
     work = Path(tempfile.mkdtemp(prefix="paddle_ext_ranks_"))
-    logs = Path(log_dir) if log_dir else work / "log"
+    logs = Path(log_dir).resolve() if log_dir else work / "log"   # the launcher runs in another cwd
     logs.mkdir(parents=True, exist_ok=True)
     results_dir = work / "results"
     results_dir.mkdir()

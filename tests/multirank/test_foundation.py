@@ -49,6 +49,17 @@ def test_raising_rank_is_named_with_its_traceback(tmp_path):
     assert "timeout" not in msg.splitlines()[0], msg
 
 
+def test_a_relative_log_dir_keeps_every_ranks_log(tmp_path, monkeypatch):
+    """``paddle-ext demo --out demo_out`` passes a relative log dir; the launcher runs elsewhere."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(HarnessError) as info:
+        run_ranks(fr.raise_on_rank, nproc=2, args=(1,), timeout=120, log_dir="out/logs")
+    logs = tmp_path / "out" / "logs"
+    assert str(logs) in str(info.value)
+    assert {p.name for p in logs.iterdir()} >= {"workerlog.0", "workerlog.1", "launcher.out"}
+    assert "injected failure on rank 1" in (logs / "workerlog.1").read_text()
+
+
 def test_hanging_rank_fails_within_timeout_and_leaves_nothing(tmp_path):
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
