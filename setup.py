@@ -27,6 +27,9 @@ setup(
         "cpu": ["paddlepaddle==3.3.1"],
         "test": ["pytest>=7", "pytest-timeout>=2", "hypothesis>=6", "matplotlib>=3.5"],
         "plot": ["matplotlib>=3.5"],
+        # real models for tests/multirank/test_real_models.py and `paddle-ext compat --models`:
+        # PaddleNLP 3.0.0b4 imports today only with these three pins
+        "models": ["paddlenlp==3.0.0b4", "aistudio-sdk==0.2.6", "pyarrow<19", "datasets<4"],
     },
     entry_points={"console_scripts": ["paddle-ext=paddle_ext.cli.main:main"]},
 )

@@ -14,7 +14,7 @@ import warnings
 from ..errors import PaddleExtError
 
 # module name under paddle_ext.cli, in the order shown by --help
-SUBCOMMAND_MODULES = ("doctor", "rules", "reshard_matrix", "schedule", "demo", "audit", "smoke")
+SUBCOMMAND_MODULES = ("doctor", "rules", "reshard_matrix", "schedule", "demo", "audit", "smoke", "compat")
 
 
 def build_parser() -> argparse.ArgumentParser:

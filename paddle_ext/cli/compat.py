@@ -1,0 +1,112 @@
+"""``paddle-ext compat --models``: PaddleNLP's auto-parallel models on CPU ranks, three ways.
+
+Every cell is one launch of :func:`paddle_ext.testing.real_models.train_rank` (model x plan x
+execution x mode: Paddle alone, ``install()``, ``install()`` + ``enable()``), its losses compared
+with the dense single-process model (max relative difference <= 1e-5). Prints the matrix
+(plan x mode -> match / mismatch / error with its first line); ``--markdown FILE`` also writes
+the table into FILE's "Real models" section (the rest of the file is kept).
+"""
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+SECTION = "## Real models"
+
+
+def _pick(value: str | None, allowed: tuple, what: str) -> list[str]:
+    if not value:
+        return list(allowed)
+    picked = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in picked if v not in allowed]
+    if bad:
+        from ..errors import PaddleExtError
+
+        raise PaddleExtError(f"unknown {what} {bad}; known: {', '.join(allowed)}")
+    return picked
+
+
+def run(args) -> int:
+    if not args.models:
+        print("paddle-ext compat: pass --models (the real-model matrix)", file=sys.stderr)
+        return 2
+    from ..testing import real_models as rm
+    from ..testing.launch import run_ranks
+
+    try:
+        rm.require_paddlenlp()
+    except ImportError as exc:
+        print(f"paddle-ext compat: {exc}", file=sys.stderr)
+        return 2
+    models = _pick(args.model, rm.MODELS, "model")
+    plans = _pick(args.plans, tuple(rm.PLANS), "plan")
+    modes = _pick(args.modes, rm.MODES, "mode")
+    execs = _pick(args.exec, rm.EXECS, "execution")
+    logs = Path(args.log_dir or Path.cwd() / "paddle_ext_compat_logs")
+    rows = []
+    for model in models:
+        dense = run_ranks(rm.dense_losses, 1, args=(model,), timeout=args.timeout, log_dir=logs / f"{model}-dense")[0]
+        for plan in plans:
+            for ex in execs:
+                row = {"model": model, "plan": plan, "world": rm.PLANS[plan][0], "exec": ex}
+                for mode in modes:
+                    start = time.monotonic()
+                    status, detail = rm.run_cell(model, plan, mode, ex, dense, logs / f"{model}-{plan}-{ex}-{mode}",
+                                                 timeout=args.timeout)
+                    row[mode] = (status, detail)
+                    print(f"{model:12} {plan:13} {ex:9} {mode:8} {status:8} {detail}  "
+                          f"[{time.monotonic() - start:.0f} s]", flush=True)
+                rows.append(row)
+    table = render(rows, modes)
+    print()
+    print(table)
+    if args.markdown:
+        write_section(Path(args.markdown), table)
+        print(f"\nwrote the table into {args.markdown} ({SECTION})")
+    return 0 if all(r[m][0] == "match" for r in rows for m in modes if r["alone"][0] == "match") else 1
+
+
+def _cell(status: str, detail: str) -> str:
+    text = "match" if status == "match" else f"{status}: {detail}"
+    return text.replace("|", "\\|")
+
+
+def render(rows: list[dict], modes: list[str]) -> str:
+    """The matrix as a Markdown table, one row per model x plan x execution."""
+    head = ["model", "plan", "ranks", "execution"] + [
+        {"alone": "Paddle alone", "install": "install()", "enable": "install()+enable()"}[m] for m in modes]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        out.append("| " + " | ".join([r["model"], r["plan"], str(r["world"]), r["exec"]]
+                                     + [_cell(*r[m]) for m in modes]) + " |")
+    return "\n".join(out)
+
+
+def write_section(path: Path, table: str) -> None:
+    """Replace the table of the "Real models" section of ``path`` (create it if absent)."""
+    text = path.read_text() if path.exists() else ""
+    begin, end = "<!-- real-models-table:begin -->", "<!-- real-models-table:end -->"
+    block = f"{begin}\n{table}\n{end}"
+    if begin in text and end in text:
+        text = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
+    else:
+        text = text.rstrip() + f"\n\n{SECTION}\n\n{block}\n"
+    path.write_text(text)
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "compat", help="run real programs three ways (Paddle alone, install(), enable()) against dense")
+    parser.add_argument("--models", action="store_true",
+                        help="PaddleNLP's auto-parallel GPT, Qwen, DeepSeek-V2 on 1, 2, 4 CPU ranks "
+                             '(needs pip install -e ".[cpu,test,models]")')
+    parser.add_argument("--model", default=None, help="comma-separated subset of gpt,qwen,deepseek_v2")
+    parser.add_argument("--plans", default=None, help="comma-separated subset of the plans (default all)")
+    parser.add_argument("--modes", default=None, help="comma-separated subset of alone,install,enable")
+    parser.add_argument("--exec", default=None, help="comma-separated subset of dygraph,to_static")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds before one launch is failed")
+    parser.add_argument("--log-dir", default=None, help="workerlog.N files, one directory per cell")
+    parser.add_argument("--markdown", default=None, help="write the table into this file's 'Real models' section")
+    parser.set_defaults(func=run)

@@ -1,0 +1,397 @@
+"""PaddleNLP's auto-parallel models trained on CPU ranks, against the dense single-process model.
+
+Used by ``tests/multirank/test_real_models.py`` and ``paddle-ext compat --models``. Each rank
+function is what a user's PaddleNLP pre-training script does (the process state of
+``llm/auto_parallel/*/run_pretrain_auto.py`` + ``AutoTrainer``): ``fleet.auto.create_mesh`` with
+``["pp", "dp", "mp"]``, ``fleet.init(is_collective=True)`` with the hybrid degrees, the model built
+under ``paddle.LazyGuard`` with the model's own placements, ``dist.shard_dataloader`` over "dp",
+``dist.shard_optimizer`` (ZeRO stage on "dp"), then dygraph steps or ``dist.to_static``. The mode
+decides what paddle-ext does first: ``alone`` (nothing), ``install`` or ``enable``
+(``install()`` + ``enable()``).
+
+Weights are not random draws of the ranks: after the model is built every parameter is set from
+one deterministic global array per parameter name (each rank writes its own shard), so the dense
+model (PaddleNLP's non-auto class, or the auto class on one process where no non-auto twin
+matches) starts from the same weights.
+"""
+from __future__ import annotations
+
+import re
+import zlib
+
+import numpy as np
+
+STEPS = 3
+BATCH = 4          # global batch: divisible by dp 1, 2
+SEQ = 16           # divisible by mp (sequence parallel)
+VOCAB = 128
+LR = 1e-3
+INSTALL_HINT = 'PaddleNLP is not importable: install the test extra: pip install -e ".[cpu,test,models]"'
+
+# plan -> (world, pp, dp, mp, sequence_parallel, ZeRO stage on "dp" or 0)
+PLANS = {
+    "single": (1, 1, 1, 1, False, 0),
+    "dp2": (2, 1, 2, 1, False, 0),
+    "mp2": (2, 1, 1, 2, False, 0),
+    "mp2-sp": (2, 1, 1, 2, True, 0),
+    "pp2": (2, 2, 1, 1, False, 0),
+    "zero1-dp2mp2": (4, 1, 2, 2, False, 1),
+    "zero2-dp2mp2": (4, 1, 2, 2, False, 2),
+    "zero3-dp2mp2": (4, 1, 2, 2, False, 3),
+    "pp2mp2": (4, 2, 1, 2, False, 0),
+    "pp2dp2": (4, 2, 2, 1, False, 0),
+}
+MODELS = ("gpt", "qwen", "deepseek_v2")
+MODES = ("alone", "install", "enable")
+EXECS = ("dygraph", "to_static")
+
+
+def require_paddlenlp():
+    """Import PaddleNLP or raise an ImportError that says how to install it."""
+    try:
+        import paddlenlp  # noqa: F401
+    except Exception as exc:  # a broken pin shows as any import-time error
+        raise ImportError(f"{INSTALL_HINT} ({type(exc).__name__}: {exc})") from exc
+
+
+def config(model: str, mp: int = 1, sp: bool = False):
+    """A tiny random config: hidden 64, 2 layers, vocab 128, no dropout, nothing downloaded."""
+    require_paddlenlp()
+    common = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  max_position_embeddings=64, tensor_parallel_degree=mp, sequence_parallel=sp,
+                  seq_length=SEQ, use_flash_attention=False, use_recompute=False, recompute=False)
+    if model == "gpt":
+        from paddlenlp.transformers import GPTConfig
+
+        cfg = GPTConfig(intermediate_size=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                        fuse_attention_qkv=False, **common)
+    elif model == "qwen":
+        from paddlenlp.transformers import QWenConfig
+
+        cfg = QWenConfig(intermediate_size=256, seq_length=SEQ, use_fused_rms_norm=False, use_fused_rope=False,
+                         **common)
+    elif model == "deepseek_v2":
+        from paddlenlp.transformers.deepseek_v2 import DeepseekV2Config
+
+        cfg = DeepseekV2Config(num_key_value_heads=4, intermediate_size=128, moe_intermediate_size=32,
+                               n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+                               first_k_dense_replace=1, q_lora_rank=None, kv_lora_rank=16, qk_nope_head_dim=8,
+                               qk_rope_head_dim=8, v_head_dim=16, topk_method="greedy", n_group=1, topk_group=1,
+                               seq_aux=False, aux_loss_alpha=0.0, moe_group="dp", attention_dropout=0.0,
+                               **common)
+    else:
+        raise ValueError(f"unknown model {model!r}; known: {MODELS}")
+    cfg.tensor_parallel_output = False
+    return cfg
+
+
+def classes(model: str, auto: bool):
+    """(model class, criterion class or None when the model computes its own loss)."""
+    if model == "gpt":
+        if auto:
+            from paddlenlp.transformers.gpt.modeling_auto import GPTForCausalLMAuto, GPTPretrainingCriterionAuto
+
+            return GPTForCausalLMAuto, GPTPretrainingCriterionAuto
+        from paddlenlp.transformers.gpt.modeling import GPTForCausalLM, GPTPretrainingCriterion
+
+        return GPTForCausalLM, GPTPretrainingCriterion
+    if model == "qwen":
+        if auto:
+            from paddlenlp.transformers.qwen.modeling_auto import QWenForCausalLM3DAuto, QWenPretrainingCriterionAuto
+
+            return QWenForCausalLM3DAuto, QWenPretrainingCriterionAuto
+        from paddlenlp.transformers.qwen.modeling import QWenForCausalLM, QWenPretrainingCriterion
+
+        return QWenForCausalLM, QWenPretrainingCriterion
+    if model == "deepseek_v2":
+        # the non-auto DeepSeek-V2 MoE routes differently (capacity, token drop): the dense
+        # reference is the auto class on one process (every tensor whole)
+        from paddlenlp.transformers.deepseek_v2.modeling_auto import DeepseekV2ForCausalLMAuto
+
+        return DeepseekV2ForCausalLMAuto, None
+    raise ValueError(f"unknown model {model!r}; known: {MODELS}")
+
+
+def _canonical(name: str) -> str:
+    # DeepSeek-V2 auto holds its MoE gate weight under two names
+    return re.sub(r"mlp\.local_gate_(and_dispatch|part1)\.gate\.", "mlp.gate.", name)
+
+
+def global_weight(name: str, shape) -> np.ndarray:
+    """The one global value of parameter ``name``: same on every rank and in the dense model."""
+    name = _canonical(name)
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    shape = tuple(int(s) for s in shape)
+    if len(shape) == 1 and re.search(r"(norm|ln)[^.]*\.weight$", name):
+        return (1.0 + 0.1 * rng.standard_normal(shape)).astype("float32")
+    return (0.05 * rng.standard_normal(shape)).astype("float32")
+
+
+def batches() -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(1234)
+    out = []
+    for _ in range(STEPS):
+        ids = rng.integers(1, VOCAB, size=(BATCH, SEQ + 1)).astype("int64")
+        out.append((ids[:, :-1].copy(), ids[:, 1:].copy()))
+    return out
+
+
+def _local_slice(value: np.ndarray, mesh, placements, rank: int):
+    """This rank's shard of ``value`` under ``placements`` on ``mesh``; None when not a member."""
+    ids = list(mesh.process_ids)
+    if rank not in ids:
+        return None
+    coord = np.unravel_index(ids.index(rank), tuple(mesh.shape))
+    for mesh_dim, p in enumerate(placements):
+        if p.is_shard():
+            dim = p.get_dim()
+            value = np.array_split(value, mesh.shape[mesh_dim], axis=dim)[coord[mesh_dim]]
+    return np.ascontiguousarray(value)
+
+
+def set_weights(model) -> int:
+    """Write every parameter from :func:`global_weight`; returns how many this rank wrote."""
+    import paddle
+    import paddle.distributed as dist
+
+    rank, written = dist.get_rank(), 0
+    for name, p in model.named_parameters():
+        full = global_weight(name, p.shape)
+        if p.is_dist():
+            local = _local_slice(full, p.process_mesh, p.placements, rank)
+            if local is None:
+                continue
+            p._local_value().set_value(paddle.to_tensor(local))
+        else:
+            p.set_value(paddle.to_tensor(full))
+        written += 1
+    return written
+
+
+def dense_losses(model: str) -> list[float]:
+    """The dense single-process run: same weights, same batches, same optimizer."""
+    import paddle
+
+    paddle.seed(0)
+    cfg = config(model)
+    cls, crit_cls = classes(model, auto=False)
+    if model == "deepseek_v2":  # the auto class needs a mesh, of one process here
+        from paddle.distributed import fleet
+
+        fleet.auto.create_mesh([("pp", 1), ("dp", 1), ("mp", 1)])
+    net = cls(cfg)
+    set_weights(net)
+    criterion = crit_cls(cfg) if crit_cls else None
+    opt = paddle.optimizer.AdamW(learning_rate=LR, parameters=net.parameters())
+    losses = []
+    for ids, labels in batches():
+        ids, labels = paddle.to_tensor(ids), paddle.to_tensor(labels)
+        loss = _forward_loss(net, criterion, ids, labels)
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+        losses.append(float(loss.numpy()))
+    return losses
+
+
+def _forward_loss(net, criterion, ids, labels):
+    if criterion is None:  # the model computes its own loss from labels
+        out = net(ids, labels=labels)
+        return out[0] if isinstance(out, (tuple, list)) else out
+    logits = net(ids)
+    if isinstance(logits, (tuple, list)):
+        logits = logits[0]
+    return criterion(logits, labels)
+
+
+def _loss_value(loss, rank: int):
+    """The global loss as a float on the ranks of its mesh, None elsewhere."""
+    import paddle.distributed as dist
+
+    if isinstance(loss, np.ndarray) or not hasattr(loss, "is_dist"):
+        return None if loss is None else float(np.asarray(loss).reshape(-1)[0])
+    if not loss.is_dist():
+        return float(loss.numpy())
+    mesh = loss.process_mesh
+    if rank not in list(mesh.process_ids):
+        return None
+    whole = dist.reshard(loss, mesh, [dist.Replicate()] * len(mesh.shape))
+    return float(whole._local_value().numpy())
+
+
+class _Rows:
+    """Map-style dataset of the :func:`batches` rows (a plain DataLoader over it gives them back)."""
+
+    def __init__(self):
+        rows = batches()
+        self.ids = np.concatenate([b[0] for b in rows])
+        self.labels = np.concatenate([b[1] for b in rows])
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return [self.ids[i], self.labels[i]]
+
+
+class _LossOf:
+    """A model that computes its own loss from labels, as a module of (input_ids, labels)."""
+
+    def __new__(cls, net):
+        import paddle
+
+        class LossOf(paddle.nn.Layer):
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, ids, labels):
+                return _forward_loss(self.inner, None, ids, labels)
+
+        return LossOf(net)
+
+
+def train_rank(model: str, plan: str, mode: str, exec_mode: str) -> dict:
+    """One rank of a PaddleNLP auto-parallel training run; returns {"rank", "losses", ...}."""
+    import faulthandler
+    import sys
+
+    import paddle
+    import paddle.distributed as dist
+    from paddle.distributed import fleet
+
+    # a crash in libphi then names the Python line it came from in the worker log
+    faulthandler.enable(file=sys.stderr, all_threads=False)
+    if mode not in MODES or exec_mode not in EXECS:
+        raise ValueError(f"mode {mode!r} / exec {exec_mode!r}: expected one of {MODES} / {EXECS}")
+    import paddle_ext
+
+    if mode in ("install", "enable"):
+        paddle_ext.install()
+    if mode == "enable":
+        paddle_ext.enable()
+    require_paddlenlp()
+    world, pp, dp, mp, sp, zero = PLANS[plan]
+    # the process state of PaddleNLP's auto-parallel path (training_args + run_pretrain_auto)
+    fleet.auto.create_mesh([("pp", pp), ("dp", dp), ("mp", mp)])
+    strategy = fleet.DistributedStrategy()
+    strategy.hybrid_configs = {"dp_degree": dp, "mp_degree": mp, "pp_degree": pp,
+                               "order": ["pp", "dp", "sharding", "sep", "mp"]}
+    fleet.init(is_collective=True, strategy=strategy)
+    if dist.get_world_size() > 1:
+        dist.init_parallel_env()
+    rank = dist.get_rank()
+    paddle.seed(0)
+    cfg = config(model, mp=mp, sp=sp)
+    cls, crit_cls = classes(model, auto=True)
+    with paddle.LazyGuard():
+        net = cls(cfg)
+        criterion = crit_cls(cfg) if crit_cls else None
+    for p in net.parameters():  # AutoTrainer's lazy initialisation
+        if not p._is_initialized() and p._init_func is not None:
+            p.initialize()
+    written = set_weights(net)
+    opt = paddle.optimizer.AdamW(learning_rate=LR, parameters=net.parameters())
+    stage = {1: dist.ShardingStage1, 2: dist.ShardingStage2, 3: dist.ShardingStage3}.get(zero)
+    opt = dist.shard_optimizer(opt, stage(sharding_mesh_dim="dp") if stage else None)
+    global_mesh = fleet.auto.get_mesh()
+    meshes = [global_mesh.get_mesh_with_dim("pp")[0]]
+    if pp > 1:
+        meshes.append(global_mesh.get_mesh_with_dim("pp")[pp - 1])
+
+    def loader():
+        plain = paddle.io.DataLoader(_Rows(), batch_size=BATCH, shuffle=False, drop_last=True)
+        return dist.shard_dataloader(plain, meshes=meshes, shard_dims="dp")
+
+    losses = []
+    if exec_mode == "dygraph":
+        net.train()
+        for ids, labels in loader():
+            loss = _forward_loss(net, criterion, ids, labels)
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+            losses.append(_loss_value(loss, rank))
+    else:
+        if criterion is None:
+            net, criterion = _LossOf(net), None
+        dm = dist.to_static(net, loader(), criterion, opt)
+        dm.train()
+        for ids, labels in loader():
+            losses.append(_loss_value(dm(ids, labels), rank))
+    if all(v is None for v in losses):
+        losses = None
+    return {"rank": rank, "losses": losses, "params_written": written}
+
+
+def compare(dense: list[float], per_rank: list[dict], tol: float = 1e-5) -> tuple[bool, str]:
+    """Every rank that holds the loss matches dense to ``tol`` relative; at least one holds it."""
+    held = [r for r in per_rank if r.get("losses") is not None]
+    if not held:
+        return False, "no rank returned a loss"
+    worst = 0.0
+    for r in held:
+        got = np.asarray(r["losses"], dtype="float64")
+        want = np.asarray(dense, dtype="float64")
+        if got.shape != want.shape:
+            return False, f"rank {r['rank']}: {len(got)} losses, dense has {len(want)}"
+        worst = max(worst, float(np.max(np.abs(got - want) / np.maximum(np.abs(want), 1e-12))))
+    if worst > tol:
+        return False, f"max relative difference {worst:.3g} > {tol:g} (dense {dense}, got {held[0]['losses']})"
+    return True, f"max relative difference {worst:.2g}"
+
+
+def summarize_failure(text: str) -> str:
+    """One line for a failed run: a rank's crash and the Python line it hit (from faulthandler's
+    stack, appended to ``text``), else the first failing rank's exception line. SIGTERM/SIGKILL
+    are the launcher stopping peers, not a cause."""
+    import signal
+
+    lines = text.splitlines()
+    codes = [int(c) for c in re.findall(r"exit code (-\d+)", text)]
+    crashes = [c for c in codes if -c not in (signal.SIGTERM, signal.SIGKILL)]
+    if crashes:
+        try:
+            sig = signal.Signals(-crashes[0]).name
+        except ValueError:
+            sig = f"signal {-crashes[0]}"
+        where = ""
+        for i, line in enumerate(lines):  # faulthandler's stack, innermost frame first
+            if line.startswith("Stack (most recent call first)") and i + 1 < len(lines):
+                frame = re.search(r'File "([^"]+)", line (\d+) in (\S+)', lines[i + 1])
+                if frame:
+                    where = f" in {frame.group(3)} ({frame.group(1).split('site-packages/')[-1]}:{frame.group(2)})"
+                break
+        return f"crash: {sig}{where}"
+    # the first failing rank that raised: its traceback ends with the exception line
+    for part in text.split("--- rank ")[1:]:
+        if not part.split("\n", 1)[0].endswith("(raised) ---"):
+            continue
+        section = part.split("--- tail of workerlog")[0].splitlines()
+        for line in reversed(section):
+            if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b", line):
+                return line.strip()[:200]
+    return (lines[0] if lines else "failed")[:200]
+
+
+def run_cell(model: str, plan: str, mode: str, exec_mode: str, dense: list[float], log_dir,
+             timeout: float = 600.0) -> tuple[str, str]:
+    """One matrix cell: ("match" | "mismatch" | "error", detail)."""
+    from ..errors import HarnessError
+    from .launch import run_ranks
+
+    try:
+        res = run_ranks(train_rank, PLANS[plan][0], args=(model, plan, mode, exec_mode), timeout=timeout,
+                        log_dir=log_dir)
+    except HarnessError as exc:
+        from pathlib import Path
+
+        text = str(exc)
+        (Path(log_dir) / "failure.txt").write_text(text)
+        # a crashed rank's faulthandler stack is in its full log, beyond the report's tail
+        logs = sorted(Path(log_dir).glob("workerlog.*"))
+        stacks = [p.read_text(errors="replace") for p in logs]
+        stacks = [t[t.index("Fatal Python error"):] for t in stacks if "Fatal Python error" in t]
+        return "error", summarize_failure(text + ("\n" + stacks[0] if stacks else ""))
+    ok, why = compare(dense, res)
+    return ("match" if ok else "mismatch"), why
