@@ -51,13 +51,30 @@ def cache_root() -> str:
     return os.environ.get("PADDLE_EXT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "paddle_ext")
 
 
+def build_key(source: str) -> str:
+    """What a built library depends on besides its source: the Paddle wheel (version, commit,
+    CUDA version -- "False" on a CPU wheel -- and install path, whose headers and libpaddle it was
+    built against) and the Python ABI. Two wheels of one version (a CPU and a CUDA build, or two
+    virtualenvs sharing ``$PADDLE_EXT_CACHE``) never share a library."""
+    import sysconfig
+
+    import paddle
+
+    version = getattr(paddle, "version", None)
+    cuda = str(version.cuda()) if version is not None and hasattr(version, "cuda") else "?"
+    commit = str(getattr(version, "commit", "?"))
+    where = os.path.dirname(os.path.realpath(paddle.__file__))
+    abi = sysconfig.get_config_var("EXT_SUFFIX") or sys.version
+    return "\0".join((source, paddle.__version__, commit, cuda, where, abi))
+
+
 def build_dir(kind: str, source: str) -> str:
-    """``<cache>/<kind>-<paddle version>-<hash of source and version>``."""
+    """``<cache>/<kind>-<paddle version>-<hash of source and the wheel>`` (:func:`build_key`)."""
     import hashlib
 
     import paddle
 
-    digest = hashlib.sha1((source + paddle.__version__).encode()).hexdigest()[:12]
+    digest = hashlib.sha1(build_key(source).encode()).hexdigest()[:12]
     return os.path.join(cache_root(), f"{kind}-{paddle.__version__}-{digest}")
 
 
