@@ -80,6 +80,7 @@ def run_scenarios(mode: str, names: list, out_dir: str) -> int:
         if mode == "enable":
             paddle_ext.enable()
     rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
+    os.environ["SCENARIO_WORK_DIR"] = out_dir  # shared by the ranks (checkpoint files)
     table = _registry()
     for i, name in enumerate(names):
         record_action(f"scenario {name}")
@@ -103,7 +104,8 @@ class Scenario:
     group: str = "noinit"      # "noinit" | "init" (calls init_parallel_env) | "isolated"
     exact: bool = False        # paddle-ext must give bit-identical values (same collectives)
     timeout: float = 90.0      # for an isolated launch
-    note: str = ""
+    rtol: float = 1e-5         # against dense
+    atol: float = 1e-6
 
 
 @dataclass
@@ -244,7 +246,7 @@ def run_mode(mode: str, names: list, log_root: str | os.PathLike, batch_timeout:
                     outcomes[n] = Outcome("crash", failure or "a rank gave no result")
                     done += 1
                     break
-                outcomes[n] = classify(per_rank)
+                outcomes[n] = classify(per_rank, table[n].rtol, table[n].atol)
                 done += 1
                 if not _symmetric(per_rank):
                     outcomes[n].detail += " (ranks diverged)"
