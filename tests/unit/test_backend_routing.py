@@ -148,3 +148,33 @@ def test_compat_fixes_ask_the_backend(backend):
     assert fixes._cpu_only()
     backend["name"] = "NCCL"
     assert not fixes._cpu_only()
+
+
+def test_a_cuda_build_running_gloo_keeps_the_cpu_fixes(backend, monkeypatch):
+    """The fixes follow the backend, not the build."""
+    monkeypatch.setattr(paddle.base.core, "is_compiled_with_cuda", lambda: True)
+    monkeypatch.setattr(paddle, "is_compiled_with_cuda", lambda: True)
+    backend["name"] = "GLOO"
+    assert fixes._cpu_only() and fixes.FIXES["static-gloo-groups"].needed()
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)  # before init_parallel_env: the device
+    monkeypatch.setattr(paddle.device, "get_device", lambda: "cpu")
+    assert fixes._cpu_only()
+    monkeypatch.setattr(paddle.device, "get_device", lambda: "gpu:0")
+    assert not fixes._cpu_only()
+
+
+def test_patched_functions_hand_other_backends_to_paddles_original(backend, monkeypatch):
+    calls = []
+    fix = fixes.FIXES["static-gloo-barrier"]
+    fix.revert()
+    # stand-ins for Paddle's eager barrier (captured by the fix as "the original") and dist.barrier
+    monkeypatch.setattr(paddle._legacy_C_ops, "barrier", lambda x, out, *attrs: calls.append("paddle") or out)
+    monkeypatch.setattr(dist, "barrier", lambda *a, **k: calls.append("gloo"))
+    try:
+        assert fix.apply()
+        for name in ("NCCL", "GLOO", "XCCL"):
+            backend["name"] = name
+            paddle._legacy_C_ops.barrier(None, "out", "ring_id", 0)
+    finally:
+        fix.revert()
+    assert calls == ["paddle", "gloo", "paddle"], calls
