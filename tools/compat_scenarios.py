@@ -1,0 +1,60 @@
+"""Run Paddle's own auto-parallel scenarios (re-written in tests/multirank/scenario_ranks_*.py)
+in three modes -- Paddle alone, ``paddle_ext.install()``, ``install()`` + ``enable()`` -- and
+print or write the "Paddle's scenarios" section of docs/compatibility.md.
+
+    python tools/compat_scenarios.py            # print the table
+    python tools/compat_scenarios.py --write    # replace the section in docs/compatibility.md
+    python tools/compat_scenarios.py --check    # exit 1 if the docs differ from a fresh run
+    python tools/compat_scenarios.py --only reshard_s   # a subset (printed only)
+
+Runs on 2 CPU ranks, about 4 minutes on 2 cores. Only its own section of the file is touched.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "multirank"))
+DOC = ROOT / "docs" / "compatibility.md"
+
+
+def main(argv=None) -> int:
+    warnings.filterwarnings("ignore", message="No ccache found")
+    import scenario_ranks as sr
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="replace the section in docs/compatibility.md")
+    ap.add_argument("--check", action="store_true", help="exit 1 if docs/compatibility.md is stale")
+    ap.add_argument("--only", default=None, help="run the scenarios whose name contains this (print only)")
+    ap.add_argument("--logs", default=None, help="keep the launches' logs here")
+    args = ap.parse_args(argv)
+    names = [n for n in sr._registry() if args.only is None or args.only in n]
+    if not names:
+        print(f"no scenario matches {args.only!r}", file=sys.stderr)
+        return 2
+    logs = Path(args.logs or tempfile.mkdtemp(prefix="compat_scenarios_"))
+    outcomes = {}
+    for mode in sr.MODES:
+        print(f"[{mode}] {len(names)} scenarios ...", file=sys.stderr, flush=True)
+        outcomes[mode] = sr.run_mode(mode, names, logs / mode)
+    section = sr.render(outcomes)
+    if args.only is not None or not (args.write or args.check):
+        print(section)
+        return 0
+    doc = DOC.read_text() if DOC.exists() else "# Compatibility\n"
+    if args.check:
+        if sr.section_of(doc) != section:
+            print("docs/compatibility.md's Paddle's scenarios section is stale", file=sys.stderr)
+            return 1
+        return 0
+    DOC.write_text(sr.splice(doc, section))
+    print(f"wrote {DOC.relative_to(ROOT)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
