@@ -178,7 +178,8 @@ class PaddleBackend:
                 self._stats["padding_bytes"] = self._stats.get("padding_bytes", 0) + (numel - payload) * self._itemsize(out)
         return out
 
-    _GATHER_DTYPES = ("float32", "float64", "float16", "int32", "int64", "int8", "uint8")
+    # gloo's all_gather (GlooCommContext) takes these; bfloat16 and bool measured on 2 ranks
+    _GATHER_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8", "bool")
 
     def all_gather_into(self, out, x, members) -> bool:
         """gloo's all_gather of equal shards straight into ``out`` (rank-major slabs); False

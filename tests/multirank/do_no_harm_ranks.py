@@ -101,6 +101,38 @@ def backend_double(cases, answer: str):
     return out
 
 
+def gather_dtypes():
+    """S(0)->R and S(1)->R of bfloat16 and bool tensors (gloo's all_gather into the output)."""
+    import paddle
+    import paddle.distributed as dist
+
+    dist.init_parallel_env()
+    import paddle_ext
+
+    paddle_ext.install()
+
+    mesh = dist.ProcessMesh([0, 1], dim_names=["x"])
+    dense = _dense((4, 6))
+    out = {}
+    gathers = []
+    real_gather = dist.stream.all_gather
+    dist.stream.all_gather = lambda *a, **k: gathers.append(1) or real_gather(*a, **k)
+    rank = dist.get_rank()
+    place = paddle.framework._get_paddle_place(paddle.framework._current_expected_place())
+    for name, full in (("bfloat16", dense), ("bool", dense > 0)):
+        for d in (0, 1):
+            stats = {}
+            mine = np.split(full, 2, axis=d)[rank]  # shard_tensor cannot slice bfloat16 on CPU
+            local = paddle.to_tensor(mine).astype(name) if name == "bfloat16" else paddle.to_tensor(mine)
+            x = paddle.Tensor(local, dims=[4, 6], process_mesh=mesh, placements=[dist.Shard(d)], place=place)
+            y = paddle_ext.reshard.reshard(x, mesh, [dist.Replicate()], stats=stats)
+            out[f"{name}:S({d})->R"] = (y._local_value().astype("float32").numpy(), str(y.dtype), stats.get("plan"),
+                                        len(gathers))
+            gathers.clear()
+    dist.stream.all_gather = real_gather
+    return out
+
+
 if __name__ == "__main__":  # python -m paddle.distributed.launch ... do_no_harm_ranks.py OUT_DIR ext|paddle
     no_init_script(sys.argv[1], sys.argv[2] == "ext")
     print(json.dumps({"done": True}))

@@ -143,3 +143,17 @@ def test_on_gloo_nothing_changes(backend_runs):
         assert not any(r[case.id].extra["native"] for r in runs["GLOO"]), case.id
         ok, why = assemble_case(case, [r[case.id] for r in runs["GLOO"]])
         assert ok, f"GLOO {case.id}: {why}"
+
+
+def test_bfloat16_and_bool_gather_bit_exact(tmp_path):
+    res = run_ranks(dr.gather_dtypes, nproc=2, timeout=200, log_dir=tmp_path)
+    dense = dr._dense((4, 6))
+    want = {"bfloat16": dense, "bool": (dense > 0).astype("float32")}  # small integers: exact in bf16
+    for r in res:
+        assert len(r) == 4
+        for key, (value, dtype, plan, gathers) in r.items():
+            name = key.split(":")[0]
+            assert name in dtype and plan != "native", (key, dtype, plan)
+            assert np.array_equal(value, want[name]), key
+            if "S(0)" in key:  # dim-0 slabs: one gloo all_gather straight into the output
+                assert gathers == 1, (key, gathers)
