@@ -59,8 +59,8 @@ class HandBack(DispatchError):
     """paddle-ext cannot serve this call, and Paddle can: the caller runs Paddle's own op.
 
     Raised before anything runs (no reshard, no collective), the same way on every rank that
-    sees the same tensors: a dynamic (-1) dimension inside ``dist.to_static``, or a rank outside
-    the tensors' mesh (Paddle's design: such a rank computes nothing locally). A caller with no
+    sees the same tensors: a 0-D operand, a dynamic (-1) dimension inside ``dist.to_static``, or
+    a rank outside the tensors' mesh (Paddle's design: such a rank computes nothing locally). A caller with no
     Paddle op to hand back to (:func:`paddle_ext.dispatch.spmd_op`) reports it as the
     :class:`DispatchError` it is."""
 
@@ -549,6 +549,9 @@ def _make_plan(op, slots, attrs, flat, mesh, static) -> Plan:
                 f"inputs {specs}); every input of one op must be on the same mesh -- reshard across meshes first "
                 f"(paddle_ext.reshard.reshard(x, mesh, placements))")
     mshape = tuple(int(s) for s in mesh.shape)
+    if any(len(t.shape) == 0 for t in dist_ts):
+        # a 0-D operand has no dims for a rule's notation (``loss.mean()`` of a scalar loss)
+        raise HandBack(f"{op}: a 0-D operand has no dimension to shard; Paddle's own op serves it")
     dynamic = [t for t in dist_ts if any(int(d) < 0 for d in t.shape)]
     if dynamic:
         raise HandBack(f"{op}: {_describe(dynamic[0])} has a dynamic (-1) dimension, which paddle-ext's rules do "

@@ -359,10 +359,6 @@ def make_wrapper(op: PaddleOp, original: Callable) -> Callable:
         if attrs is None:
             return original(*args, **kwargs)
         slots = [a.get(n) if _is_tensor(a.get(n)) else None for n in names]
-        if any(v is not None and len(v.shape) == 0 for v in slots):
-            # a 0-D operand has no dims for a rule's notation (e.g. ``loss.mean()`` of a scalar
-            # loss): Paddle serves it as it did before enable()
-            return original(*args, **kwargs)
 
         def run_local(local_slots, ctx):
             if op.local is not None:

@@ -30,3 +30,12 @@ def test_to_static_loss_with_a_dynamic_shape_runs_as_paddle_alone():
     assert installed == alone and enabled == alone   # the same program, bit-identical losses
     # the mean of the [-1]-shaped selection went back to Paddle, said once, by name
     assert log.count("paddle-ext hands mean back to Paddle") == 1 and "dynamic (-1) dimension" in log, log
+
+
+def test_mean_of_a_scalar_loss_runs_as_paddle_alone():
+    alone, _ = _losses("zero_dim_loss_mean.py", "alone")
+    assert len(alone) == 3
+    installed, _ = _losses("zero_dim_loss_mean.py", "install")
+    enabled, log = _losses("zero_dim_loss_mean.py", "enable")
+    assert installed == alone and enabled == alone
+    assert "paddle-ext hands mean back to Paddle" in log and "0-D operand" in log, log
