@@ -100,6 +100,7 @@ def test_no_parallel_env_in_a_job_of_one_runs_paddle_ext_without_communication()
     mesh3 = dist.ProcessMesh([[[0]]], dim_names=["pp", "dp", "tp"])
     stage = dist.ProcessMesh([[0]], dim_names=["dp", "tp"])
     x = dist.shard_tensor(paddle.to_tensor(dense), mesh3, [dist.Replicate()] * 3)
+    alone = dist.reshard(x, stage, [dist.Replicate(), dist.Replicate()])._local_value().numpy()  # Paddle alone
     natives = []
     paddle_ext.install()
     inst.NATIVE_LISTENERS.append(lambda *a: natives.append(a))
@@ -112,8 +113,9 @@ def test_no_parallel_env_in_a_job_of_one_runs_paddle_ext_without_communication()
         uninstall_reshard()
         fixes.uninstall()
         sf.uninstall_static_reshard()
-    assert not first and len(natives) == 1  # paddle-ext's executor ran (a 3-D -> 2-D mesh change: Paddle has no function)
+    assert not first and len(natives) == 1  # paddle-ext's executor ran the mesh change, with no group
     assert np.array_equal(y._local_value().numpy(), dense) and list(y.process_mesh.shape) == [1, 1]
+    assert np.array_equal(y._local_value().numpy(), alone)  # the values Paddle alone gives
     assert np.array_equal(s._local_value().numpy(), dense)
 
 
