@@ -43,6 +43,7 @@ def test_without_init_parallel_env_values_match_paddle_alone(tmp_path):
     for rank in (0, 1):
         alone, ext = np.load(tmp_path / f"paddle_{rank}.npz"), np.load(tmp_path / f"ext_{rank}.npz")
         assert int(ext["is_initialized"][0]) == 0  # paddle-ext did not initialise anything
+        assert str(ext["S0->S1 error"][0]) == str(alone["S0->S1 error"][0]) != "none"  # fails the same way
         for key, per_rank in want.items():
             assert np.array_equal(alone[key], ext[key]), (rank, key)
             assert np.allclose(ext[key], per_rank[rank], rtol=0, atol=1e-5), (rank, key)
