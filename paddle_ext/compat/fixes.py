@@ -4,6 +4,11 @@ Each fix is a small named object: ``needed()`` says whether this Paddle needs it
 real object, not guessed from the version), ``apply()`` installs it idempotently and ``revert()``
 restores Paddle's original. Nothing is patched at import time.
 
+The three gloo fixes (static groups, static barrier, checkpoint load) follow the backend the job
+runs on, not the build (:func:`_cpu_only`, read through ``paddle.distributed.get_backend``;
+docs/backends.md): a CUDA wheel running gloo gets them, and every patched function hands an NCCL
+or unknown backend to Paddle's original when it is called.
+
 * ``numpy-mesh-rank`` -- numpy >= 2.4 makes ``int(np.where(...)[i])`` raise on a 1-element array,
   which breaks ``ProcessMesh.get_rank_by_dim_and_process_id`` and so ``dist.shard_dataloader``
   ("TypeError: only 0-dimensional arrays can be converted to Python scalars").
