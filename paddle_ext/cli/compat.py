@@ -8,6 +8,7 @@ the table into FILE's "Real models" section (the rest of the file is kept).
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import time
@@ -28,10 +29,28 @@ def _pick(value: str | None, allowed: tuple, what: str) -> list[str]:
     return picked
 
 
+@contextlib.contextmanager
+def _locked(path: str | None):
+    """Hold an exclusive flock on ``path`` (if given) around one launch: a shared machine's
+    multi-process runs take turns."""
+    if not path:
+        yield
+        return
+    import fcntl
+
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def run(args) -> int:
     if not args.models:
         print("paddle-ext compat: pass --models (the real-model matrix)", file=sys.stderr)
         return 2
+    from ..errors import HarnessError
     from ..testing import real_models as rm
     from ..testing.launch import run_ranks
 
@@ -47,14 +66,23 @@ def run(args) -> int:
     logs = Path(args.log_dir or Path.cwd() / "paddle_ext_compat_logs")
     rows = []
     for model in models:
-        dense = run_ranks(rm.dense_losses, 1, args=(model,), timeout=args.timeout, log_dir=logs / f"{model}-dense")[0]
+        try:
+            with _locked(args.lock):
+                dense = run_ranks(rm.dense_losses, 1, args=(model,), timeout=args.timeout,
+                                  log_dir=logs / f"{model}-dense")[0]
+        except HarnessError as exc:
+            dense, dense_error = None, rm.summarize_failure(str(exc))
         for plan in plans:
             for ex in execs:
                 row = {"model": model, "plan": plan, "world": rm.PLANS[plan][0], "exec": ex}
                 for mode in modes:
                     start = time.monotonic()
-                    status, detail = rm.run_cell(model, plan, mode, ex, dense, logs / f"{model}-{plan}-{ex}-{mode}",
-                                                 timeout=args.timeout)
+                    if dense is None:
+                        status, detail = "error", f"the dense reference failed: {dense_error}"
+                    else:
+                        with _locked(args.lock):
+                            status, detail = rm.run_cell(model, plan, mode, ex, dense,
+                                                         logs / f"{model}-{plan}-{ex}-{mode}", timeout=args.timeout)
                     row[mode] = (status, detail)
                     print(f"{model:12} {plan:13} {ex:9} {mode:8} {status:8} {detail}  "
                           f"[{time.monotonic() - start:.0f} s]", flush=True)
@@ -108,5 +136,6 @@ def register(subparsers) -> None:
     parser.add_argument("--exec", default=None, help="comma-separated subset of dygraph,to_static")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before one launch is failed")
     parser.add_argument("--log-dir", default=None, help="workerlog.N files, one directory per cell")
+    parser.add_argument("--lock", default=None, help="flock this file around each launch (a shared machine)")
     parser.add_argument("--markdown", default=None, help="write the table into this file's 'Real models' section")
     parser.set_defaults(func=run)

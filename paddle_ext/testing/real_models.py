@@ -46,6 +46,14 @@ MODES = ("alone", "install", "enable")
 EXECS = ("dygraph", "to_static")
 
 
+def _casual_mask_switch():
+    """PaddleNLP's own switch (``USE_CASUAL_MASK``), as its run scripts set it: without it Qwen's
+    auto model builds a bfloat16 mask with ``paddle.where``, which has no bfloat16 CPU kernel."""
+    import os
+
+    os.environ["USE_CASUAL_MASK"] = "True"
+
+
 def require_paddlenlp():
     """Import PaddleNLP or raise an ImportError that says how to install it."""
     try:
@@ -68,7 +76,7 @@ def config(model: str, mp: int = 1, sp: bool = False):
     elif model == "qwen":
         from paddlenlp.transformers import QWenConfig
 
-        cfg = QWenConfig(intermediate_size=256, seq_length=SEQ, use_fused_rms_norm=False, use_fused_rope=False,
+        cfg = QWenConfig(intermediate_size=256, kv_channels=16, use_fused_rms_norm=False, use_fused_rope=False,
                          **common)
     elif model == "deepseek_v2":
         from paddlenlp.transformers.deepseek_v2 import DeepseekV2Config
@@ -76,8 +84,8 @@ def config(model: str, mp: int = 1, sp: bool = False):
         cfg = DeepseekV2Config(num_key_value_heads=4, intermediate_size=128, moe_intermediate_size=32,
                                n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
                                first_k_dense_replace=1, q_lora_rank=None, kv_lora_rank=16, qk_nope_head_dim=8,
-                               qk_rope_head_dim=8, v_head_dim=16, topk_method="greedy", n_group=1, topk_group=1,
-                               seq_aux=False, aux_loss_alpha=0.0, moe_group="dp", attention_dropout=0.0,
+                               qk_rope_head_dim=8, v_head_dim=16, topk_method="noaux_tc", n_group=1, topk_group=1,
+                               seq_aux=False, aux_loss_alpha=0.0, moe_group="dp", attention_dropout=0.0, rope_scaling=None,
                                **common)
     else:
         raise ValueError(f"unknown model {model!r}; known: {MODELS}")
@@ -110,6 +118,31 @@ def classes(model: str, auto: bool):
 
         return DeepseekV2ForCausalLMAuto, None
     raise ValueError(f"unknown model {model!r}; known: {MODELS}")
+
+
+def rope_shim(net) -> int:
+    """Work around a PaddleNLP 3.0.0b4 bug, in our code: ``DeepseekV2AttentionAuto.forward``
+    indexes its rotary cache as ``cos[None, :, None, :]``, but ``DeepseekV2RotaryEmbedding``
+    already returns it as ``[1, seq, 1, dim]`` (6-D after the indexing: every forward fails in
+    ``concat``). The shim hands the attention the ``[seq, dim]`` it expects; the values are the
+    same. Applied to the dense and to the distributed model alike; returns how many it wrapped."""
+    import paddle
+
+    class Rope2D(paddle.nn.Layer):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x, seq_len=None):
+            cos, sin = self.inner(x, seq_len=seq_len)
+            return ((cos.squeeze([0, 2]), sin.squeeze([0, 2])) if len(cos.shape) == 4 else (cos, sin))
+
+    wrapped = 0
+    for layer in net.sublayers():
+        if type(layer).__name__ == "DeepseekV2AttentionAuto" and not isinstance(layer.rotary_emb, Rope2D):
+            layer.rotary_emb = Rope2D(layer.rotary_emb)
+            wrapped += 1
+    return wrapped
 
 
 def _canonical(name: str) -> str:
@@ -169,17 +202,25 @@ def set_weights(model) -> int:
 
 
 def dense_losses(model: str) -> list[float]:
-    """The dense single-process run: same weights, same batches, same optimizer."""
+    """The dense single-process run: same weights, same batches, same optimizer.
+
+    DeepSeek-V2 has no matching non-auto twin: its reference is the auto class trained on one
+    process by Paddle alone (every tensor whole), i.e. the plan "single" in mode "alone"."""
+    if model == "deepseek_v2":
+        return train_rank(model, "single", "alone", "dygraph")["losses"]
+    import faulthandler
+    import sys
+
     import paddle
 
+    _casual_mask_switch()
     paddle.seed(0)
     cfg = config(model)
     cls, crit_cls = classes(model, auto=False)
-    if model == "deepseek_v2":  # the auto class needs a mesh, of one process here
-        from paddle.distributed import fleet
-
-        fleet.auto.create_mesh([("pp", 1), ("dp", 1), ("mp", 1)])
+    # after every import (Paddle's own handler would replace it): a crash names its Python line
+    faulthandler.enable(file=sys.stderr, all_threads=False)
     net = cls(cfg)
+    rope_shim(net)
     set_weights(net)
     criterion = crit_cls(cfg) if crit_cls else None
     opt = paddle.optimizer.AdamW(learning_rate=LR, parameters=net.parameters())
@@ -260,8 +301,6 @@ def train_rank(model: str, plan: str, mode: str, exec_mode: str) -> dict:
     import paddle.distributed as dist
     from paddle.distributed import fleet
 
-    # a crash in libphi then names the Python line it came from in the worker log
-    faulthandler.enable(file=sys.stderr, all_threads=False)
     if mode not in MODES or exec_mode not in EXECS:
         raise ValueError(f"mode {mode!r} / exec {exec_mode!r}: expected one of {MODES} / {EXECS}")
     import paddle_ext
@@ -271,6 +310,7 @@ def train_rank(model: str, plan: str, mode: str, exec_mode: str) -> dict:
     if mode == "enable":
         paddle_ext.enable()
     require_paddlenlp()
+    _casual_mask_switch()
     world, pp, dp, mp, sp, zero = PLANS[plan]
     # the process state of PaddleNLP's auto-parallel path (training_args + run_pretrain_auto)
     fleet.auto.create_mesh([("pp", pp), ("dp", dp), ("mp", mp)])
@@ -281,12 +321,16 @@ def train_rank(model: str, plan: str, mode: str, exec_mode: str) -> dict:
     if dist.get_world_size() > 1:
         dist.init_parallel_env()
     rank = dist.get_rank()
+    # after every import and init (Paddle's own handler would replace it): a crash in libphi
+    # names the Python line it came from in the worker log
+    faulthandler.enable(file=sys.stderr, all_threads=False)
     paddle.seed(0)
     cfg = config(model, mp=mp, sp=sp)
     cls, crit_cls = classes(model, auto=True)
     with paddle.LazyGuard():
         net = cls(cfg)
         criterion = crit_cls(cfg) if crit_cls else None
+    rope_shim(net)
     for p in net.parameters():  # AutoTrainer's lazy initialisation
         if not p._is_initialized() and p._init_func is not None:
             p.initialize()
