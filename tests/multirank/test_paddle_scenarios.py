@@ -46,6 +46,7 @@ FAILS_ALONE = {
     "shard_optimizer[ShardingStage3]": RS,
     "shard_optimizer[ShardingStage3, mesh [[0,1]] (pp,dp)]": RS,
     "shard_optimizer[ShardingStage1, AMP O2 master_grad]": RS,
+    "dist.parallelize[sp]": RS,
     "dist.parallelize[dp:1]": RS,
     "dist.parallelize[dp:2]": RS,
     "dist.parallelize[dp:3]": RS,
