@@ -52,6 +52,8 @@ def backend_of(group=None) -> str | None:
     dist = paddle.distributed
     if not parallel_env_ready():
         return None
+    if group is not None and hasattr(group, "is_member") and not group.is_member():
+        return None  # asking Paddle would warn "Current global rank ... is not in group" on every call
     try:
         name = dist.get_backend(group)
     except (RuntimeError, AttributeError):  # not a member / a group without a process group

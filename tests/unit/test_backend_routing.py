@@ -180,3 +180,13 @@ def test_patched_functions_hand_other_backends_to_paddles_original(backend, monk
     finally:
         fix.revert()
     assert calls == ["paddle", "gloo", "paddle"], calls
+
+
+def test_a_rank_outside_the_group_asks_the_world_quietly(backend, recwarn):
+    class Outside:
+        def is_member(self):
+            return False
+
+    backend["name"] = "NCCL"
+    assert be.backend_of(Outside()) is None and be.backend_of(None) == "NCCL"
+    assert not [w for w in recwarn if "not in group" in str(w.message)]
