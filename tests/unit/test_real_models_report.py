@@ -1,0 +1,66 @@
+"""The real-model matrix's bookkeeping, without ranks: loss comparison, failure summaries, the
+docs section writer, and the install hint when PaddleNLP is missing."""
+import sys
+
+import pytest
+
+from paddle_ext.cli import compat
+from paddle_ext.testing import real_models as rm
+
+
+def test_compare_needs_a_loss_and_the_tolerance():
+    dense = [4.0, 3.0, 2.0]
+    assert rm.compare(dense, [{"rank": 0, "losses": [4.0, 3.0, 2.0]}])[0]
+    ok, why = rm.compare(dense, [{"rank": 0, "losses": [4.0, 3.0, 2.001]}])
+    assert not ok and "relative difference" in why
+    assert not rm.compare(dense, [{"rank": 0, "losses": None}, {"rank": 1, "losses": None}])[0]
+    assert not rm.compare(dense, [{"rank": 0, "losses": [4.0, 3.0]}])[0]
+    # a rank holding a wrong loss fails the run even when another rank is right
+    assert not rm.compare(dense, [{"rank": 0, "losses": dense}, {"rank": 1, "losses": [4.0, 3.0, 1.0]}])[0]
+
+
+def test_summary_names_a_crash_and_its_python_line():
+    text = ("f on 2 ranks failed: rank 1 exited, rank 0 exited\n--- rank 1 (exited) ---\n"
+            "the rank's process exited without a result (exit code -11; see its log)\n"
+            "--- rank 0 (exited) ---\nthe rank's process exited without a result (exit code -15; ...)\n"
+            "Fatal Python error: Segmentation fault\n\nStack (most recent call first):\n"
+            '  File "/x/site-packages/paddle/tensor/manipulation.py", line 4357 in unbind\n')
+    assert rm.summarize_failure(text) == "crash: SIGSEGV in unbind (paddle/tensor/manipulation.py:4357)"
+
+
+def test_summary_takes_the_raising_ranks_exception_not_the_stopped_peers():
+    text = ("f on 4 ranks failed: rank 0 exited, rank 2 raised\n--- rank 0 (exited) ---\n"
+            "the rank's process exited without a result (exit code -15; ...)\n--- tail of workerlog.0 ---\n"
+            "--- rank 2 (raised) ---\nTraceback (most recent call last):\n  File \"a.py\", line 1, in f\n"
+            "ValueError: inner\n\nDuring handling of the above exception, another exception occurred:\n"
+            "RuntimeError: connect [127.0.0.1]:7053: Connection refused\n--- tail of workerlog.2 ---\n"
+            "KeyError: from the log tail\n")
+    assert rm.summarize_failure(text) == "RuntimeError: connect [127.0.0.1]:7053: Connection refused"
+
+
+def test_section_writer_keeps_the_rest_of_the_file(tmp_path):
+    doc = tmp_path / "compatibility.md"
+    doc.write_text("# Compatibility\n\n## Paddle scenarios\n\nkept\n")
+    rows = [{"model": "gpt", "plan": "dp2", "world": 2, "exec": "dygraph", "alone": ("match", "x"),
+             "install": ("error", "RuntimeError: a|b"), "enable": ("match", "y")}]
+    compat.write_section(doc, compat.render(rows, ["alone", "install", "enable"]))
+    first = doc.read_text()
+    assert "## Paddle scenarios\n\nkept" in first and "## Real models" in first
+    assert "| gpt | dp2 | 2 | dygraph | match | error: RuntimeError: a\\|b | match |" in first
+    rows[0]["install"] = ("match", "z")
+    compat.write_section(doc, compat.render(rows, ["alone", "install", "enable"]))
+    second = doc.read_text()
+    assert second.count("## Real models") == 1 and "a\\|b" not in second and "kept" in second
+
+
+def test_missing_paddlenlp_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "paddlenlp", None)  # import now raises ImportError
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[cpu,test,models\]"'):
+        rm.require_paddlenlp()
+
+
+def test_every_plan_fits_its_world():
+    for name, (world, pp, dp, mp, sp, zero) in rm.PLANS.items():
+        assert pp * dp * mp == world, name
+        assert rm.BATCH % dp == 0 and rm.SEQ % mp == 0, name
+        assert not zero or dp > 1, name
