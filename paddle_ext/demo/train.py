@@ -33,10 +33,28 @@ class RunConfig:
     fault_rank: int | None = None  # tests: this rank raises at step 1 (a failing rank must end the job)
 
 
-def reference_losses(cfg: RunConfig, model_cfg: GPTConfig = GPTConfig()) -> list[float]:
+def model_for(plan: Plan) -> GPTConfig:
+    """The demo GPT for ``plan``: the default one when every tensor-parallel degree divides its
+    widths (d_model, heads, d_ff, sequence), else the same shape family scaled by the degree
+    ``k``: d_model 16k, 2k heads, d_ff 32k, sequence 6k (so ``sp3-tp3`` trains evenly).
+
+    >>> from .plans import parse_plan
+    >>> model_for(parse_plan("sp2-tp2")) == GPTConfig(), model_for(parse_plan("sp3-tp3")).d_model
+    (True, 48)
+    """
+    base = GPTConfig()
+    k = plan.degree("tp")
+    if all(v % k == 0 for v in (base.d_model, base.n_heads, base.d_ff, base.seq_len)):
+        return base
+    return GPTConfig(vocab=base.vocab, seq_len=6 * k, d_model=16 * k, n_heads=2 * k, d_ff=32 * k,
+                     n_layers=base.n_layers)
+
+
+def reference_losses(cfg: RunConfig, model_cfg: GPTConfig | None = None) -> list[float]:
     """Dense single-process training: the numbers every plan must reproduce."""
     import paddle
 
+    model_cfg = model_cfg or model_for(parse_plan(cfg.plan))
     model = build_model(model_cfg, cfg.seed)
     opt = paddle.optimizer.AdamW(cfg.lr, parameters=model.parameters())
     losses = []
@@ -168,8 +186,8 @@ def train_rank(run: dict, model_cfg: dict | None = None) -> dict:
         paddle_ext.enable()
     if cfg.fault_rank is not None and dist.get_rank() == cfg.fault_rank:
         raise RuntimeError(f"injected fault on rank {cfg.fault_rank} (paddle-ext demo --inject-fault)")
-    mcfg = GPTConfig(**(model_cfg or {}))
     plan = parse_plan(cfg.plan)
+    mcfg = GPTConfig(**model_cfg) if model_cfg else model_for(plan)
     if dist.get_world_size() != plan.world_size:
         raise ValueError(f"plan {plan.name} needs {plan.world_size} ranks, this job has {dist.get_world_size()}")
     if plan.degree("pp") > 1:

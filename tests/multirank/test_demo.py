@@ -27,6 +27,14 @@ def test_every_documented_plan_matches_dense(world, tmp_path):
             np.testing.assert_allclose(got, ref, rtol=1e-4, err_msg=f"{plan} on rank {rank}")
 
 
+def test_an_odd_world_plan_matches_dense(tmp_path):
+    """sp3-tp3 on 3 ranks: odd groups and the model sized so every width splits in three."""
+    proc = _demo("--plan", "sp3-tp3", "--steps", "3", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "on 3 CPU ranks" in proc.stdout
+    assert float(proc.stdout.strip().splitlines()[-1].split("=")[1]) <= 1e-6
+
+
 def _demo(*args, timeout=300):
     return subprocess.run([sys.executable, "-m", "paddle_ext", "demo", *args], capture_output=True, text=True,
                           timeout=timeout)
