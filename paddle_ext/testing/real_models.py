@@ -396,6 +396,11 @@ def summarize_failure(text: str) -> str:
     import signal
 
     lines = text.splitlines()
+    teardown = re.search(r"exited with code (-?\d+) during interpreter teardown", text)
+    if teardown:
+        code = int(teardown.group(1))
+        name = signal.Signals(-code).name if code < 0 and -code in signal.valid_signals() else f"code {code}"
+        return f"returned its losses, then crashed at exit ({name} during interpreter teardown)"
     codes = [int(c) for c in re.findall(r"exit code (-\d+)", text)]
     crashes = [c for c in codes if -c not in (signal.SIGTERM, signal.SIGKILL)]
     if crashes:

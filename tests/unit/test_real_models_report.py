@@ -38,6 +38,13 @@ def test_summary_takes_the_raising_ranks_exception_not_the_stopped_peers():
     assert rm.summarize_failure(text) == "RuntimeError: connect [127.0.0.1]:7053: Connection refused"
 
 
+def test_summary_of_a_crash_at_exit():
+    text = ("f on 2 ranks failed: rank 0 failed at exit\n--- rank 0 (failed at exit) ---\n"
+            "returned its result, then exited with code -6 during interpreter teardown\n")
+    assert rm.summarize_failure(text) == \
+        "returned its losses, then crashed at exit (SIGABRT during interpreter teardown)"
+
+
 def test_section_writer_keeps_the_rest_of_the_file(tmp_path):
     doc = tmp_path / "compatibility.md"
     doc.write_text("# Compatibility\n\n## Paddle scenarios\n\nkept\n")
