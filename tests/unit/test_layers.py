@@ -1,0 +1,92 @@
+"""The layer ratchet (tools/check_layers.py, issue 16): it passes on the tree as it is, and it
+reports a new violation of each kind injected into a staged copy."""
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("importlinter")
+pytest.importorskip("grimp")
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("check_layers", ROOT / "tools" / "check_layers.py")
+check_layers = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("check_layers", check_layers)   # dataclasses look their module up
+_spec.loader.exec_module(check_layers)
+
+
+def _copy_tree(dest: Path) -> Path:
+    for src in ("paddle_ext", "passes", "spmd_rules"):
+        shutil.copytree(ROOT / src, dest / src, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dest
+
+
+def _append(path: Path, text: str) -> None:
+    path.write_text(path.read_text(encoding="utf-8") + text, encoding="utf-8")
+
+
+def test_layers_hold_today():
+    rep = check_layers.check()
+    assert rep.failures == [] and rep.stale == [], rep.lint_output + "\n" + "\n".join(rep.failures + rep.stale)
+    figures = rep.figures
+    assert set(figures) == {"contracts", "internal_references", "cycles", "large_modules"}
+    assert all(n >= 0 for n in figures["contracts"].values()) and len(figures["contracts"]) >= 5
+
+
+def test_stage_is_what_grimp_reads(tmp_path):
+    stage = check_layers.stage(ROOT, tmp_path / "stage")
+    assert (stage / "paddle_ext" / "passes" / "schedule_ir.py").is_file()
+    assert (stage / "paddle_ext" / "spmd_rules" / "matmul.py").is_file()
+    assert not list(stage.rglob("__pycache__"))
+    graph, _ = check_layers.run_graph(stage, ROOT / "pyproject.toml")
+    assert graph["origin"].startswith(str(stage.resolve())), graph["origin"]
+
+
+def test_new_violations_are_reported(tmp_path):
+    root = _copy_tree(tmp_path)
+    # a pure module importing compat
+    _append(root / "passes" / "schedule_ir.py", "\n\ndef _v():\n    from paddle_ext.compat import version\n"
+                                                "    return version\n")
+    # one more Paddle-internal line in a file that has one in the baseline, and one in a new file
+    _append(root / "paddle_ext" / "reshard" / "dygraph.py", "\n\ndef _p(paddle):\n"
+                                                            "    return paddle.base.core\n")
+    _append(root / "paddle_ext" / "dispatch" / "grad.py", "\n\ndef _q(paddle):\n    return paddle._C_ops.add\n")
+    # a docstring or comment naming an internal is not a reference
+    _append(root / "paddle_ext" / "dispatch" / "enable.py", "\n# paddle.base is not used here\n")
+    # a new cycle: errors <-> placements
+    _append(root / "paddle_ext" / "errors.py", "\n\ndef _c():\n    from . import placements\n"
+                                               "    return placements\n")
+    # a new module over 500 lines, and a baseline module that grew
+    (root / "paddle_ext" / "big.py").write_text("x = 1\n" * 501, encoding="utf-8")
+    _append(root / "paddle_ext" / "dispatch" / "core.py", "\n# one more line\n")
+
+    rep = check_layers.check(root, config=ROOT / "pyproject.toml")
+    text = "\n".join(rep.failures)
+    assert not rep.ok
+    assert "contract broken: pure layer" in text
+    assert "paddle_ext.passes.schedule_ir is not allowed to import paddle_ext.compat" in rep.lint_output
+    assert "paddle_ext/reshard/dygraph.py references Paddle internals on 2 lines (baseline 1)" in text
+    assert "paddle.base -- go through paddle_ext.compat" in text
+    assert "paddle_ext/dispatch/grad.py references Paddle internals on 1 lines (baseline 0)" in text
+    assert "enable.py" not in text
+    assert "new import cycle between paddle_ext.errors, paddle_ext.placements" in text
+    assert "contract broken: no import cycles between sibling packages" in text
+    assert "paddle_ext/big.py has 501 lines (over 500)" in text
+    assert "paddle_ext/dispatch/core.py grew to" in text
+
+
+def test_fixed_violation_must_leave_the_baseline(tmp_path):
+    root = _copy_tree(tmp_path)
+    exact = root / "paddle_ext" / "reshard" / "exact.py"
+    exact.write_text(exact.read_text(encoding="utf-8").replace(
+        "from paddle_ext.testing.simulate import shard_dense", "shard_dense = None"), encoding="utf-8")
+    dygraph = root / "paddle_ext" / "reshard" / "dygraph.py"
+    dygraph.write_text(dygraph.read_text(encoding="utf-8").replace("paddle.framework.", "paddle_fw."),
+                       encoding="utf-8")
+    rep = check_layers.check(root, config=ROOT / "pyproject.toml")
+    assert not rep.ok
+    assert any("No matches for ignored import paddle_ext.reshard.exact -> paddle_ext.testing.simulate" in f
+               and "delete its ignore_imports entry" in f for f in rep.failures), rep.failures
+    assert any("paddle_ext/reshard/dygraph.py: 0 Paddle-internal lines, baseline 1" in s for s in rep.stale)

@@ -1,0 +1,359 @@
+"""Check paddle-ext's layers, as a ratchet: today's known violations pass, any new one fails.
+
+    python tools/check_layers.py                   # check; prints the figures issue 16 tracks
+    python tools/check_layers.py --shrink-baseline # lower tools/layers_baseline.json to today's
+                                                   # figures (it never raises a number or adds one)
+
+What it checks (docs/architecture.md, "Layers, checked"):
+
+1. **import-linter contracts** (``[tool.importlinter]`` in pyproject.toml): the pure layer imports
+   neither paddle nor compat nor the test harness, compat imports no adapter/cli/demo, nothing
+   below imports a face, no cycles between sibling packages. ``passes/`` and ``spmd_rules/``
+   install as ``paddle_ext.passes`` / ``paddle_ext.spmd_rules`` (setup.py's package_dir), so the
+   contracts run on a *stage*: a temporary copy of ``paddle_ext/`` with both copied inside it,
+   in a fresh interpreter whose ``paddle_ext`` is the stage's (checked, not assumed). Today's
+   violations are ``ignore_imports`` entries, each with a comment; an entry whose import is gone
+   fails too (import-linter: "No matches for ignored import"), so the list only shrinks.
+2. **Paddle-internal references** outside ``paddle_ext/compat/`` (``paddle.base``, ``_C_ops``,
+   ``libpaddle``, ``paddle.framework``, ``auto_parallel.static``, ``paddle.distributed.passes``),
+   counted as source lines per file (comments and docstrings excluded): more than the baseline
+   fails.
+3. **Import cycles**: the strongly connected groups of the module graph (grimp); a group that is
+   not inside a baseline group fails.
+4. **Module sizes** in ``paddle_ext/``, ``passes/``, ``spmd_rules/``: a module over 500 lines
+   not in the baseline fails, and so does a baseline module that grew.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import tokenize
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BASELINE = Path(__file__).resolve().parent / "layers_baseline.json"
+MAX_LINES = 500
+# source dir in the repo -> where it lives in the installed package
+LAYOUT = {"paddle_ext": "paddle_ext", "passes": "paddle_ext/passes", "spmd_rules": "paddle_ext/spmd_rules"}
+INTERNAL = re.compile(r"paddle\s*\.\s*base\b|\b_C_ops\b|\blibpaddle\b|paddle\s*\.\s*framework\b"
+                      r"|auto_parallel\s*\.\s*static\b|paddle\s*\.\s*distributed\s*\.\s*passes\b")
+_MARK = "@@check_layers_json@@"
+
+
+@dataclass
+class Report:
+    figures: dict = field(default_factory=dict)
+    failures: list = field(default_factory=list)   # one message per new violation, saying how to fix
+    stale: list = field(default_factory=list)      # baseline entries that can shrink
+    lint_output: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and not self.stale
+
+
+# ---------------------------------------------------------------------------------------- stage
+def stage(root: Path, dest: Path) -> Path:
+    """Copy ``root``'s sources into ``dest`` in the installed layout; returns ``dest``."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for src, target in LAYOUT.items():
+        shutil.copytree(root / src, dest / target, ignore=ignore)
+    return dest
+
+
+def sources(root: Path):
+    """(repo-relative path, Path) of every module in the three source trees, sorted."""
+    for src in LAYOUT:
+        for path in sorted((root / src).rglob("*.py")):
+            if "__pycache__" not in path.parts:
+                yield path.relative_to(root).as_posix(), path
+
+
+# ------------------------------------------------------------------------- internal references
+def _code_only(text: str) -> list[str]:
+    """The source lines with comments and docstrings blanked (strings in code are kept)."""
+    lines = text.splitlines()
+    blank: set[tuple[int, int, int, int]] = set()
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return lines
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                d = body[0]
+                blank.add((d.lineno, d.col_offset, d.end_lineno, d.end_col_offset))
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.COMMENT:
+            blank.add((tok.start[0], tok.start[1], tok.end[0], tok.end[1]))
+    out = list(lines)
+    for l0, c0, l1, c1 in blank:
+        for ln in range(l0, l1 + 1):
+            s = out[ln - 1]
+            a = c0 if ln == l0 else 0
+            b = c1 if ln == l1 else len(s)
+            out[ln - 1] = s[:a] + " " * (b - a) + s[b:]
+    return out
+
+
+def internal_references(root: Path) -> dict[str, list[tuple[int, str]]]:
+    """{file: [(line number, matched name)]} of Paddle-internal references outside compat."""
+    found = {}
+    for rel, path in sources(root):
+        if rel.startswith("paddle_ext/compat/"):
+            continue
+        hits = [(n, m.group(0)) for n, line in enumerate(_code_only(path.read_text(encoding="utf-8")), 1)
+                for m in [INTERNAL.search(line)] if m]
+        if hits:
+            found[rel] = hits
+    return found
+
+
+def module_sizes(root: Path) -> dict[str, int]:
+    """{file: lines} of the modules over MAX_LINES."""
+    sizes = {rel: len(path.read_text(encoding="utf-8").splitlines()) for rel, path in sources(root)}
+    return {rel: n for rel, n in sizes.items() if n > MAX_LINES}
+
+
+def repo_path(module: str, stage_dir: Path) -> str:
+    """``paddle_ext.passes.validate`` -> ``passes/validate.py`` (the file a reader edits)."""
+    parts = module.split(".")
+    rel = Path(*parts)
+    rel = rel / "__init__.py" if (stage_dir / rel).is_dir() else rel.with_suffix(".py")
+    s = rel.as_posix()
+    for src, target in LAYOUT.items():
+        if src != "paddle_ext" and s.startswith(target + "/"):
+            return src + s[len(target):]
+    return s
+
+
+# ------------------------------------------------------------------------- graph (subprocess)
+def _sccs(nodes, succ) -> list[list[str]]:
+    """Strongly connected groups of more than one module (iterative Tarjan)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+    for start in nodes:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(succ(start))))]
+        index[start] = low[start] = counter[0]; counter[0] += 1
+        stack.append(start); on.add(start)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter[0]; counter[0] += 1
+                    stack.append(w); on.add(w)
+                    work.append((w, iter(sorted(succ(w)))))
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop(); on.discard(w); comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+    return sorted(out)
+
+
+def _graph_worker(stage_dir: str, config: str) -> None:
+    """Runs in a fresh interpreter: the contracts and the cycles of the staged package."""
+    import importlib.util
+
+    sys.path.insert(0, stage_dir)
+    spec = importlib.util.find_spec("paddle_ext")
+    origin = os.path.realpath(spec.origin or "")
+    if not origin.startswith(os.path.realpath(stage_dir) + os.sep):
+        raise SystemExit(f"check_layers: paddle_ext resolves to {origin}, not to the stage {stage_dir}")
+    from importlinter import configuration
+    from importlinter.application import use_cases
+
+    configuration.configure()                        # what the lint-imports command does first
+    use_cases._register_built_in_contract_types()    # forbidden, layers, acyclic_siblings, ...
+
+    result = {"origin": origin, "contracts": [], "errors": []}
+    try:
+        report = use_cases.create_report(use_cases.read_user_options(config), cache_dir=None)
+    except Exception as e:  # an ignore_imports entry without a match, a bad module name, ...
+        result["errors"].append(f"{type(e).__name__}: {e}")
+        result["cycles"] = []
+        print(_MARK + json.dumps(result))
+        return
+    for name, exc in getattr(report, "invalid_contract_options", {}).items():
+        result["errors"].append(f"contract {name!r}: invalid options {exc}")
+    for contract, check in report.get_contracts_and_checks():
+        if not check.kept:
+            print(f"\n--- broken contract: {contract.name}")
+            sys.stdout.flush()
+            contract.render_broken_contract(check)
+            sys.stdout.flush()
+        result["contracts"].append({"name": contract.name, "kept": bool(check.kept),
+                                    "recorded": int(check.ignored_import_count),
+                                    "guidance": str(getattr(contract, "broken_contract_guidance", None) or ""),
+                                    "warnings": [str(w) for w in check.warnings]})
+    graph = report.graph
+    internal = sorted(m for m in graph.modules if m == "paddle_ext" or m.startswith("paddle_ext."))
+    result["cycles"] = _sccs(internal, lambda m: [w for w in graph.find_modules_directly_imported_by(m)
+                                                   if w == "paddle_ext" or w.startswith("paddle_ext.")])
+    print(_MARK + json.dumps(result))
+
+
+def run_graph(stage_dir: Path, config: Path) -> tuple[dict, str]:
+    env = dict(os.environ, PYTHONPATH=str(stage_dir), PYTHONDONTWRITEBYTECODE="1")
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--graph-worker", str(stage_dir),
+                           str(config)], cwd=stage_dir, env=env, capture_output=True, text=True, timeout=300)
+    text, _, payload = proc.stdout.rpartition(_MARK)
+    if proc.returncode or not payload:
+        raise RuntimeError(f"check_layers: the import graph could not be built:\n{proc.stdout}\n{proc.stderr}")
+    return json.loads(payload), text + proc.stderr
+
+
+# ------------------------------------------------------------------------------------ check
+def load_baseline(path: Path = BASELINE) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def check(root: Path = ROOT, config: Path | None = None, baseline: dict | None = None) -> Report:
+    """Check ``root`` (a tree with paddle_ext/, passes/, spmd_rules/) against the contracts in
+    ``config`` and ``baseline``."""
+    config = Path(config or root / "pyproject.toml")
+    base = load_baseline() if baseline is None else baseline
+    rep = Report()
+    with tempfile.TemporaryDirectory(prefix="paddle_ext_layers_") as tmp:
+        stage_dir = stage(root, Path(tmp))
+        graph, rep.lint_output = run_graph(stage_dir, config)
+        _check_contracts(graph, rep)
+        _check_cycles(graph["cycles"], base.get("cycles", []), rep, stage_dir)
+    _check_internal(internal_references(root), base.get("internal_references", {}), rep)
+    _check_sizes(module_sizes(root), base.get("large_modules", {}), rep)
+    return rep
+
+
+def _check_contracts(graph: dict, rep: Report) -> None:
+    rep.figures["contracts"] = {c["name"]: c["recorded"] for c in graph["contracts"]}
+    for err in graph["errors"]:
+        hint = ""
+        if "No matches for ignored import" in err:
+            hint = (" -- a recorded violation is gone: delete its ignore_imports entry (and comment) in "
+                    "pyproject.toml's [tool.importlinter] so it cannot come back")
+        rep.failures.append(f"import-linter: {err}{hint}")
+    for c in graph["contracts"]:
+        if not c["kept"]:
+            rep.failures.append(f"import-linter contract broken: {c['name']} (the chains are printed above). "
+                                f"{c['guidance'] or 'Import from a lower layer.'} The ignore_imports lists "
+                                f"only shrink.")
+
+
+def _check_cycles(cycles: list, base: list, rep: Report, stage_dir: Path) -> None:
+    rep.figures["cycles"] = cycles
+    for cyc in cycles:
+        if not any(set(cyc) <= set(b) for b in base):
+            files = ", ".join(repo_path(m, stage_dir) for m in cyc)
+            rep.failures.append(f"new import cycle between {', '.join(cyc)} ({files}): make one side stop "
+                                f"importing the other (move the shared part to a lower module); a function-"
+                                f"level import does not count as a way round")
+    for b in base:
+        if not any(set(c) == set(b) for c in cycles):
+            rep.stale.append(f"cycle {b} is gone or smaller: run --shrink-baseline")
+
+
+def _check_internal(found: dict, base: dict, rep: Report) -> None:
+    rep.figures["internal_references"] = {f: len(h) for f, h in found.items()}
+    for rel, hits in sorted(found.items()):
+        allowed = base.get(rel, 0)
+        if len(hits) > allowed:
+            where = ", ".join(f"line {n} {name}" for n, name in hits[:6]) + (" ..." if len(hits) > 6 else "")
+            rep.failures.append(f"{rel} references Paddle internals on {len(hits)} lines (baseline {allowed}): "
+                                f"{where} -- go through paddle_ext.compat (add or reuse a compat function)")
+    for rel, allowed in sorted(base.items()):
+        if len(found.get(rel, ())) < allowed:
+            rep.stale.append(f"{rel}: {len(found.get(rel, ()))} Paddle-internal lines, baseline {allowed}: "
+                             f"run --shrink-baseline")
+
+
+def _check_sizes(sizes: dict, base: dict, rep: Report) -> None:
+    rep.figures["large_modules"] = sizes
+    for rel, n in sorted(sizes.items()):
+        if rel not in base:
+            rep.failures.append(f"{rel} has {n} lines (over {MAX_LINES}): split it by concern into modules "
+                                f"of at most {MAX_LINES} lines")
+        elif n > base[rel]:
+            rep.failures.append(f"{rel} grew to {n} lines (baseline {base[rel]}, limit {MAX_LINES}): move "
+                                f"code out of it rather than into it")
+    for rel, n in sorted(base.items()):
+        if sizes.get(rel, 0) < n:
+            rep.stale.append(f"{rel}: {sizes.get(rel, 'at most %d' % MAX_LINES)} lines, baseline {n}: "
+                             f"run --shrink-baseline")
+
+
+def shrink_baseline(rep: Report, path: Path = BASELINE) -> dict:
+    """Lower the baseline to today's figures; never adds an entry or raises a number."""
+    old = load_baseline(path)
+    new = dict(old)
+    refs, sizes = rep.figures["internal_references"], rep.figures["large_modules"]
+    new["internal_references"] = {f: min(n, refs[f]) for f, n in old["internal_references"].items() if refs.get(f)}
+    new["large_modules"] = {f: min(n, sizes[f]) for f, n in old["large_modules"].items() if f in sizes}
+    new["cycles"] = [sorted(set(b) & set(c)) for b in old["cycles"] for c in rep.figures["cycles"]
+                     if len(set(b) & set(c)) > 1 and set(c) <= set(b)]
+    path.write_text(json.dumps(new, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return new
+
+
+def format_figures(rep: Report) -> str:
+    f = rep.figures
+    lines = ["Layer figures (issue 16; the baseline may only shrink):",
+             "  recorded violations per import-linter contract:"]
+    lines += [f"    {n:3d}  {name}" for name, n in f["contracts"].items()]
+    refs = f["internal_references"]
+    lines.append(f"  Paddle-internal references outside compat: {sum(refs.values())} lines in {len(refs)} files")
+    lines += [f"    {n:3d}  {rel}" for rel, n in sorted(refs.items())]
+    lines.append(f"  import cycles (strongly connected module groups): {len(f['cycles'])}")
+    lines += [f"         {' <-> '.join(c)}" for c in f["cycles"]]
+    lines.append(f"  modules over {MAX_LINES} lines: {len(f['large_modules'])}")
+    lines += [f"    {n:4d}  {rel}" for rel, n in sorted(f["large_modules"].items())]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--graph-worker":
+        _graph_worker(sys.argv[2], sys.argv[3])
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shrink-baseline", action="store_true", help="lower the baseline to today's figures")
+    args = ap.parse_args(argv)
+    rep = check()
+    if rep.failures:
+        print(rep.lint_output.rstrip())
+    print(format_figures(rep))
+    if args.shrink_baseline and not rep.failures:
+        shrink_baseline(rep)
+        print(f"baseline lowered: {BASELINE.relative_to(ROOT)}")
+        rep.stale = []
+    for msg in rep.stale:
+        print(f"STALE: {msg}")
+    for msg in rep.failures:
+        print(f"FAIL: {msg}")
+    print("layers: OK" if rep.ok else f"layers: {len(rep.failures)} new violation(s), {len(rep.stale)} stale "
+          f"baseline entr{'y' if len(rep.stale) == 1 else 'ies'}")
+    return 0 if rep.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
