@@ -14,7 +14,7 @@ import time
 
 from paddle_ext.passes import (add_send_recv, generate_schedule, get_schedule_info, schedule_names,
                                simulate_schedule)
-from paddle_ext.passes.validate import check_structure
+from paddle_ext.passes.structure import check_structure
 
 
 def timed(fn, *args, repeat: int = 1, **kwargs):

@@ -13,6 +13,7 @@ import numpy as np
 
 from .model import build_model, lm_loss
 from .plans import Plan
+from .sharding import placements, shard_model
 
 
 def _sub_plan(plan: Plan) -> Plan:
@@ -41,7 +42,6 @@ class PipelineParallel:
         from ..passes.runtime import get_schedule, pipeline_group, split_model, stage_indices
         from ..passes.schedules import get_schedule_info
         from ..reshard import prepare_reshard_groups
-        from .train import _shard_model
 
         if plan.zero_stage:
             raise ValueError(f"plan {plan.name}: ZeRO with pipeline parallelism is not a demo plan; "
@@ -60,7 +60,7 @@ class PipelineParallel:
         self.sub_mesh = mesh.get_mesh_with_dim("pp", pp_rank) if self.sub_plan.degrees else None
         self.model = build_model(mcfg, seed)
         if self.sub_mesh is not None:
-            _shard_model(self.model, self.sub_plan, self.sub_mesh)
+            shard_model(self.model, self.sub_plan, self.sub_mesh)
         pieces = split_model(self.model.layers(), n_stages)
         self.mine = stage_indices(schedule, pp_rank, self.p, v)
         stages = [pipeline_stage_class()(pieces[i], i, n_stages, group=group) for i in self.mine]
@@ -80,12 +80,11 @@ class PipelineParallel:
         import paddle
         import paddle.distributed as dist
 
-        from .train import _placements
 
         t = paddle.to_tensor(array)
         if self.sub_mesh is None:
             return t
-        return dist.shard_tensor(t, self.sub_mesh, _placements(self.sub_plan, dp=dist.Shard(0)))
+        return dist.shard_tensor(t, self.sub_mesh, placements(self.sub_plan, dp=dist.Shard(0)))
 
     def train_step(self, x, y) -> float:
         import paddle

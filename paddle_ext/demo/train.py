@@ -16,7 +16,10 @@ import numpy as np
 
 from .data import make_batches
 from .model import GPTConfig, build_model, lm_loss
+from .pipeline import PipelineParallel
 from .plans import Plan, parse_plan
+from .sharding import placements as _placements
+from .sharding import shard_model as _shard_model
 
 
 @dataclass(frozen=True)
@@ -65,47 +68,6 @@ def reference_losses(cfg: RunConfig, model_cfg: GPTConfig | None = None) -> list
         opt.clear_grad()
         losses.append(float(loss.numpy()))
     return losses
-
-
-def _placements(plan: Plan, **by_dim):
-    """One placement per mesh dim: ``by_dim`` gives some (e.g. tp=Shard(1)); the rest Replicate."""
-    import paddle.distributed as dist
-
-    return [by_dim.get(d, dist.Replicate()) for d in plan.mesh_dims]
-
-
-def _shard_model(model, plan: Plan, mesh):
-    """Lay the GPT's parameters out on ``mesh`` and set the blocks' enter/exit reshards."""
-    import paddle.distributed as dist
-
-    reshard = dist.reshard  # paddle_ext.install() routes the transitions Paddle lacks to paddle-ext
-    tp = plan.degree("tp") > 1
-    column = ("attn.q", "attn.k", "attn.v", "mlp.gate", "mlp.up")
-    row = ("attn.o", "mlp.down")
-
-    def shard_fn(name, layer, process_mesh):
-        if tp and any(name.endswith(c) for c in column):
-            layer.weight = dist.shard_tensor(layer.weight, process_mesh, _placements(plan, tp=dist.Shard(1)))
-        elif tp and any(name.endswith(r) for r in row):
-            layer.weight = dist.shard_tensor(layer.weight, process_mesh, _placements(plan, tp=dist.Shard(0)))
-
-    dist.shard_layer(model, mesh, shard_fn)
-    if not tp:
-        return model
-    replicated = _placements(plan)
-    if plan.sequence_parallel:
-        seq = _placements(plan, tp=dist.Shard(1), dp=dist.Shard(0))
-        full = _placements(plan, dp=dist.Shard(0))
-        model.embed.exit = lambda t: reshard(t, mesh, seq)          # R -> S(seq): local slice
-        model.head.enter = lambda t: reshard(t, mesh, full)         # S(seq) -> R: all-gather
-        for block in model.blocks:
-            block.enter = lambda t: reshard(t, mesh, full)          # all-gather the sequence
-            block.exit = lambda t: reshard(t, mesh, seq)            # P -> S(seq): reduce-scatter
-    else:
-        full = _placements(plan, dp=dist.Shard(0)) if plan.degree("dp") > 1 else replicated
-        for block in model.blocks:
-            block.exit = lambda t: reshard(t, mesh, full)           # P -> R: all-reduce
-    return model
 
 
 def _optimizer(model, plan: Plan, mesh, lr: float):
@@ -191,8 +153,6 @@ def train_rank(run: dict, model_cfg: dict | None = None) -> dict:
     if dist.get_world_size() != plan.world_size:
         raise ValueError(f"plan {plan.name} needs {plan.world_size} ranks, this job has {dist.get_world_size()}")
     if plan.degree("pp") > 1:
-        from .pipeline import PipelineParallel
-
         parallel = PipelineParallel(plan, mcfg, cfg.seed, cfg.lr, cfg.schedule, cfg.microbatches)
     else:
         parallel = setup_parallel(plan, mcfg, cfg.seed, cfg.lr)

@@ -99,7 +99,7 @@ def run_case(case: Case, native: bool = False, check: bool = True) -> Outcome:
         before = x._local_value().numpy().copy()
         t0 = time.perf_counter()
         if native:
-            from .install import original_reshard
+            from .originals import original_reshard
 
             y = original_reshard()(x, mesh, target)
         else:

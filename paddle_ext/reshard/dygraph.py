@@ -375,7 +375,7 @@ def _own_fast_path(paddle, src: DistSpec, ranks) -> bool:
 
 def _native(x, mesh, placements, src, dst, stats):
     """Paddle's own reshard (listeners and ``stats`` told)."""
-    from .install import NATIVE_LISTENERS, original_reshard
+    from .originals import NATIVE_LISTENERS, original_reshard
 
     for listener in NATIVE_LISTENERS:
         listener(src, dst, x.element_size())
@@ -396,7 +396,7 @@ def reshard(x, mesh, placements, *, check: bool = True, stats: dict | None = Non
     request is invalid or ranks disagree.
     """
     paddle = require_paddle("paddle_ext.reshard")
-    from .install import original_reshard
+    from .originals import original_reshard
 
     if isinstance(x, paddle.Tensor) and x.is_dist() and hasattr(mesh, "process_ids") \
             and routing.to_paddle_first(paddle, x, mesh):

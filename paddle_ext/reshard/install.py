@@ -19,24 +19,15 @@ from __future__ import annotations
 
 from ..compat.version import require_paddle
 from ..errors import ConversionError
-
-_SAVED: dict = {}
-
-
-def original_reshard():
-    """Paddle's own ``dist.reshard`` (even while paddle-ext's is installed)."""
-    paddle = require_paddle("paddle_ext.reshard.install")
-    return _SAVED.get("dist") or paddle.distributed.reshard
-
-
-NATIVE_LISTENERS: list = []  # callables (src_spec, dst_spec, itemsize) told of reshards left to Paddle
+from .dygraph import reshard as ext_reshard
+from .originals import NATIVE_LISTENERS, original_reshard  # noqa: F401 - the installer's public names
+from .originals import SAVED as _SAVED
 
 
 def _make(original, check: bool):
     import paddle
 
     from ..compat.convert import from_paddle_placements, spec_of
-    from .dygraph import reshard as ext_reshard
 
     def reshard(dist_tensor, mesh, placements):
         if not paddle.in_dynamic_mode() or not getattr(dist_tensor, "is_dist", lambda: False)():
