@@ -124,7 +124,7 @@ def run_cases(cases, native: bool = False, check: bool = True) -> dict:
 
 def assemble_case(case: Case, per_rank: list) -> tuple[bool, str]:
     """(bit-exact?, why) from each rank's :class:`Outcome` of ``case``."""
-    from ..testing.simulate import assemble
+    from ..simulated_ranks import assemble
 
     _, dst, _, d_ranks = specs(case)
     errors = {r: o.error for r, o in enumerate(per_rank) if o.error}

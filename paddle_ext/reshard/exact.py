@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from paddle_ext.placements import DistSpec, Partial
-from paddle_ext.testing.simulate import shard_dense
+from paddle_ext.simulated_ranks import shard_dense
 
 
 def dense_for(shape, dtype=np.float32, seed=0) -> np.ndarray:

@@ -7,7 +7,7 @@ all_gather / all_reduce reduce in rank order, so results are deterministic.
 
 >>> import numpy as np
 >>> from paddle_ext.placements import DistSpec
->>> from paddle_ext.testing.simulate import shard_dense, assemble
+>>> from paddle_ext.simulated_ranks import shard_dense, assemble
 >>> x = np.arange(35, dtype=np.float32).reshape(5, 7)
 >>> src, dst = DistSpec((5, 7), (2,), "[S(0)]"), DistSpec((5, 7), (2,), "[S(1)]")
 >>> out = simulate_reshard(shard_dense(x, src), src, dst)
@@ -198,7 +198,7 @@ def _check_local(local, src: DistSpec) -> None:
     """
     if not isinstance(src, DistSpec):
         raise ReshardPlanError(f"source must be a DistSpec(shape, mesh_shape, placements), got {src!r}")
-    how = "give one array per source mesh coordinate, e.g. testing.simulate.shard_dense(x, src)"
+    how = "give one array per source mesh coordinate, e.g. simulated_ranks.shard_dense(x, src)"
     if not isinstance(local, Mapping):
         raise ReshardPlanError(f"local must map source mesh coordinates to arrays, got "
                                f"{type(local).__name__}; {how}")
@@ -228,7 +228,7 @@ def simulate_reshard(local: Mapping[tuple, np.ndarray], src: DistSpec, dst: Dist
                      lockstep: bool | None = None, padding: dict | None = None) -> dict:
     """Run the plan from ``src`` to ``dst`` on simulated ranks.
 
-    ``local`` maps source mesh coordinates to arrays (e.g. ``testing.simulate.shard_dense``).
+    ``local`` maps source mesh coordinates to arrays (e.g. ``simulated_ranks.shard_dense``).
     Returns the destination mesh coordinates' arrays. ``stats``, if given, receives each global
     rank's received bytes. ``lockstep`` (default: on) runs the exchanges as the gloo backend
     does (pairwise rounds on even groups, scatters on odd ones) and checks gloo's per-group

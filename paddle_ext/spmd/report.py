@@ -11,7 +11,7 @@ from ..placements import DistSpec, format_placements
 def mean_uneven_demo() -> str:
     """The known silent-wrong case, with the data of the dygraph measurement: ``x = 1..35`` as
     ``[5, 7]`` sharded ``S(0)`` on 2 ranks; Paddle's ``mean_all`` rule claims ``P(avg)``."""
-    from ..testing.simulate import assemble, shard_dense
+    from ..simulated_ranks import assemble, shard_dense
     from .paddle_bridge import PaddleRule
 
     x = np.arange(1.0, 36.0).reshape(5, 7)

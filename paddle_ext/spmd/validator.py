@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..placements import REDUCE_OPS, DistSpec, Partial, Replicate, Shard, format_placements
-from ..testing.simulate import AssembleError, assemble, shard_dense
+from ..simulated_ranks import AssembleError, assemble, shard_dense
 from .opcases import CASES, OpCase
 
 MESH = (2,)

@@ -5,4 +5,4 @@
 """
 from .actions import record_action  # noqa: F401
 from .launch import leftover_processes, run_ranks, tagged_processes  # noqa: F401
-from .simulate import assemble, run_per_rank, shard_dense, simulate  # noqa: F401
+from ..simulated_ranks import assemble, run_per_rank, shard_dense, simulate  # noqa: F401

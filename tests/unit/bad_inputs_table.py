@@ -24,7 +24,7 @@ from paddle_ext import DistSpec, Partial, Shard, parse_placement, parse_placemen
 from paddle_ext.spmd import get_spmd_rule, infer_backward, infer_forward, parse_notation, register_spmd_rule
 from paddle_ext.spmd.registry import Registry
 from paddle_ext.reshard import format_plan, plan_reshard, simulate_reshard
-from paddle_ext.testing.simulate import assemble, shard_dense
+from paddle_ext.simulated_ranks import assemble, shard_dense
 from paddle_ext.passes import (Costs, add_send_recv, generate_schedule, get_schedule_generator, parse_action,
                                parse_schedule, schedule_from_csv, simulate_schedule, stage_to_rank_map,
                                stages_on_rank, validate_schedule)

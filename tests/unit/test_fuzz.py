@@ -40,7 +40,7 @@ from paddle_ext.placements import DistSpec, Partial, Replicate, Shard
 from paddle_ext.reshard import format_plan, plan_reshard, simulate_reshard
 from paddle_ext.spmd.engine import infer_einsum
 from paddle_ext.spmd.notation import ONE, parse_notation
-from paddle_ext.testing.simulate import assemble, shard_dense, simulate
+from paddle_ext.simulated_ranks import assemble, shard_dense, simulate
 
 MAX_EXAMPLES = 60
 LONG_EXAMPLES = 2000

@@ -79,14 +79,14 @@ def test_new_violations_are_reported(tmp_path):
 
 def test_fixed_violation_must_leave_the_baseline(tmp_path):
     root = _copy_tree(tmp_path)
-    exact = root / "paddle_ext" / "reshard" / "exact.py"
-    exact.write_text(exact.read_text(encoding="utf-8").replace(
-        "from paddle_ext.testing.simulate import shard_dense", "shard_dense = None"), encoding="utf-8")
+    compare = root / "paddle_ext" / "spmd" / "compare.py"
+    compare.write_text(compare.read_text(encoding="utf-8").replace(
+        "from ..compat import spmd as cspmd", "cspmd = None"), encoding="utf-8")
     dygraph = root / "paddle_ext" / "reshard" / "dygraph.py"
     dygraph.write_text(dygraph.read_text(encoding="utf-8").replace("paddle.framework.", "paddle_fw."),
                        encoding="utf-8")
     rep = check_layers.check(root, config=ROOT / "pyproject.toml")
     assert not rep.ok
-    assert any("No matches for ignored import paddle_ext.reshard.exact -> paddle_ext.testing.simulate" in f
+    assert any("No matches for ignored import paddle_ext.spmd.compare -> paddle_ext.compat.spmd" in f
                and "delete its ignore_imports entry" in f for f in rep.failures), rep.failures
     assert any("paddle_ext/reshard/dygraph.py: 0 Paddle-internal lines, baseline 1" in s for s in rep.stale)

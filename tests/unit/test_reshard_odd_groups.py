@@ -13,7 +13,7 @@ from paddle_ext.placements import DistSpec
 from paddle_ext.reshard.exact import dense_for, exact_locals
 from paddle_ext.reshard.planner import format_plan, plan_bytes, plan_reshard
 from paddle_ext.reshard.simulated import NumpyBackend, simulate_reshard
-from paddle_ext.testing.simulate import assemble
+from paddle_ext.simulated_ranks import assemble
 
 PAIRS = [("[S(0)]", "[S(1)]"), ("[S(1)]", "[S(0)]"), ("[P(sum)]", "[S(0)]"), ("[P(avg)]", "[S(1)]"),
          ("[P(max)]", "[S(0)]"), ("[S(0)]", "[P(sum)]"), ("[S(1)]", "[P(max)]"), ("[S(0)]", "[R]"),

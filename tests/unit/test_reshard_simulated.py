@@ -15,7 +15,7 @@ from paddle_ext.placements import DistSpec, Partial, Replicate, Shard
 from paddle_ext.reshard.exact import dense_for, exact_locals
 from paddle_ext.reshard.planner import format_plan, plan_bytes, plan_reshard
 from paddle_ext.reshard.simulated import simulate_reshard
-from paddle_ext.testing.simulate import assemble
+from paddle_ext.simulated_ranks import assemble
 
 OPS = ("sum", "avg", "max", "min")
 

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paddle_ext.placements import DistSpec, Partial, Replicate, Shard
-from paddle_ext.testing.simulate import AssembleError, assemble, shard_dense, simulate
+from paddle_ext.simulated_ranks import AssembleError, assemble, shard_dense, simulate
 
 
 @settings(max_examples=150, deadline=None)

@@ -1,5 +1,8 @@
 """Simulated ranks in one process: shard dense arrays per placement, run, reassemble.
 
+A library module (the rule validator and the reshard executor's checks use it), re-exported by
+:mod:`paddle_ext.testing` for tests.
+
 This is how rules and reshard plans are checked without launching processes:
 
 1. :func:`shard_dense` gives each mesh coordinate its local array for a :class:`DistSpec`:
@@ -24,8 +27,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import PlacementError
-from ..placements import DistSpec, Partial, Shard
+from .errors import PlacementError
+from .placements import DistSpec, Partial, Shard
 
 Coord = tuple
 
