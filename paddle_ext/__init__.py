@@ -57,7 +57,7 @@ def install(static_engine: bool = False) -> list[str]:
     """
     from .compat import install as _install_fixes
     from .reshard import install_reshard
-    from .reshard.static_funcs import install_static_reshard  # imports Paddle
+    from .compat.static_reshard import install_static_reshard  # imports Paddle
 
     names = _install_fixes()
     install_reshard()

@@ -28,11 +28,13 @@ def collect() -> dict:
     if version is None:
         return report
     import paddle
-    from paddle.base import core
 
-    gpu = bool(core.is_compiled_with_cuda())
+    from ..compat.internals import compiled_with
+
+    built = compiled_with()
+    gpu = built["cuda"]
     report["paddle"].update({
-        "build": "GPU (CUDA)" if gpu else ("XPU" if core.is_compiled_with_xpu() else "CPU"),
+        "build": "GPU (CUDA)" if gpu else ("XPU" if built["xpu"] else "CPU"),
         "commit": getattr(paddle.version, "commit", None),
         "cuda": paddle.version.cuda() if gpu else None,
         "device_count": paddle.device.cuda.device_count() if gpu else 0,

@@ -38,6 +38,7 @@ from typing import Any, Callable, Sequence
 
 from ..compat import dispatch as cd
 from ..compat import fast_key
+from ..compat.internals import dtensor_local_api
 from ..errors import ShardingRuleError
 from ..placements import DistSpec, Partial, Replicate, Shard, format_placements
 from ..spmd.registry import is_hashable
@@ -359,9 +360,7 @@ _RT: list = []   # Paddle's Tensor, in_dynamic_mode, is_grad_enabled, dtensor_to
 
 def _runtime() -> list:
     paddle = cd._paddle()
-    core = paddle.base.core
-    _RT.extend((paddle.Tensor, paddle.in_dynamic_mode, paddle.is_grad_enabled, core.dtensor_to_local,
-                core.dtensor_from_local))
+    _RT.extend((paddle.Tensor, paddle.in_dynamic_mode, paddle.is_grad_enabled, *dtensor_local_api()))
     _HAS_PSTR.append(hasattr(paddle.Tensor, "_placements_str"))
     fast_key.start()   # loads the compiled key, or starts its build (a detached process)
     return _RT

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..compat.internals import expected_place
 from ..placements import DistSpec, parse_placements
 from .exact import dense_for, exact_locals
 from .layout import coord_in
@@ -65,7 +66,7 @@ def make_source(case: Case):
     c = coord_in(s_ranks, src.mesh_shape, dist.get_rank())
     local = exact_locals(dense, src, case.seed)[c] if c is not None else \
         np.zeros([0] * len(case.shape), dtype=case.dtype)
-    place = paddle.framework._get_paddle_place(paddle.framework._current_expected_place())
+    place = expected_place()
     return paddle.Tensor(paddle.to_tensor(local), dims=list(case.shape), process_mesh=mesh,
                          placements=to_paddle_placements(src.placements), place=place)
 

@@ -23,6 +23,7 @@ import math
 from typing import Sequence
 
 from ..compat.convert import from_paddle_placements, mesh_shape, pad_placements, to_paddle_placements
+from ..compat.internals import expected_place
 from ..compat.memory import fresh
 from ..compat.version import require_paddle
 from ..compat.views import require_writable_views
@@ -300,7 +301,7 @@ def _run(paddle, x_local, dtype, geo, plan, mesh, placements, stats):
     out = execute(be, geo, plan, x_local)  # every rank walks the rounds (lockstep)
     if out is None:
         out = paddle.empty([0] * len(geo.shape), dtype=dtype)
-    place = paddle.framework._get_paddle_place(paddle.framework._current_expected_place())
+    place = expected_place()
     return paddle.Tensor(out, dims=list(geo.shape), process_mesh=mesh, placements=list(placements),
                          place=place)
 

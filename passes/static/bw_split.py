@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import FrozenSet, Optional
 
+from paddle_ext.compat.internals import pir_ops
 from paddle_ext.passes.static.program_split import result_users
 
 __all__ = ["BackwardSplit", "split_matmul_grads", "classify_backward"]
@@ -70,11 +71,12 @@ def split_matmul_grads(program) -> int:
         chunk = op.attrs().get("chunk_id", -1) if op.has_attr("chunk_id") else -1
         with paddle.static.program_guard(program):
             paddle.pir.set_insertion_point(op)
-            new_dx = paddle._C_ops.matmul(dout, y, False, not trans_y)
+            ops = pir_ops()
+            new_dx = ops.matmul(dout, y, False, not trans_y)
             k, n = x.shape[-1], dout.shape[-1]
-            x2 = paddle._C_ops.reshape(x, [-1, k])
-            d2 = paddle._C_ops.reshape(dout, [-1, n])
-            new_dy = paddle._C_ops.matmul(d2, x2, True, False) if trans_y else paddle._C_ops.matmul(x2, d2, True, False)
+            x2 = ops.reshape(x, [-1, k])
+            d2 = ops.reshape(dout, [-1, n])
+            new_dy = ops.matmul(d2, x2, True, False) if trans_y else ops.matmul(x2, d2, True, False)
         for value in (new_dx, x2, d2, new_dy):
             new = value.get_defining_op()
             new.op_role = BACKWARD

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from paddle_ext.compat.internals import pir_ops
 from paddle_ext.errors import ScheduleError
 
 __all__ = ["assign_jobs", "split_program", "check_order", "handovers"]
@@ -144,7 +145,7 @@ def split_program(program, owner: Sequence[str], job_types: Sequence[str], place
                 name = f"pe_{i}_{op.name().split('.')[-1]}_{r}"
                 home = clone_ops[owner[i]][i]
                 paddle.pir.set_insertion_point_after(home)
-                paddle._C_ops.set_persistable_value(home.result(r), name)
+                pir_ops().set_persistable_value(home.result(r), name)
         stored[(i, r)] = name
         return name
 

@@ -224,7 +224,7 @@ def train_losses(cfg):
     if not cfg.get("no_static"):
         install_static()
     if cfg.get("paddle_r_to_p"):  # show Paddle's own R->P (zeros on a mesh without global rank 0)
-        from paddle_ext.reshard.static_funcs import uninstall_static_reshard
+        from paddle_ext.compat.static_reshard import uninstall_static_reshard
 
         uninstall_static_reshard()
     logger = logging.getLogger("paddle_ext")
@@ -248,7 +248,7 @@ def train_losses(cfg):
         times.append(time.perf_counter() - start)
         losses.append(None if loss is None else np.asarray(loss, dtype="float64").reshape(-1).tolist())
     if cfg.get("paddle_r_to_p"):
-        from paddle_ext.reshard.static_funcs import install_static_reshard
+        from paddle_ext.compat.static_reshard import install_static_reshard
 
         install_static_reshard()
     plan = dm._engine._job_plan

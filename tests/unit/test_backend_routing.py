@@ -16,7 +16,7 @@ from paddle_ext.compat import backend as be
 from paddle_ext.compat import fixes
 from paddle_ext.placements import DistSpec
 from paddle_ext.reshard import routing
-from paddle_ext.reshard import static_funcs as sf
+from paddle_ext.compat import static_reshard as sf
 
 pir = paddle.base.libpaddle.pir
 RT = paddle.base.core.ReduceType

@@ -118,7 +118,7 @@ def test_install_is_idempotent_and_reports():
         assert ("static-gloo-groups" in first) == (not paddle.is_compiled_with_cuda())
     finally:
         from paddle_ext.reshard.install import uninstall_reshard
-        from paddle_ext.reshard.static_funcs import uninstall_static_reshard
+        from paddle_ext.compat.static_reshard import uninstall_static_reshard
 
         uninstall()
         uninstall_reshard()

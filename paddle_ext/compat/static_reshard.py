@@ -41,12 +41,12 @@ import collections
 import math
 from typing import Sequence
 
-from ..compat.backend import NCCL, backend_of, route_unknown
-from ..compat.version import require_paddle
 from ..errors import ReshardPlanError
 from ..placements import DistSpec, Partial, Replicate, Shard, format_placements
+from .backend import NCCL, backend_of, route_unknown
+from .version import require_paddle
 
-paddle = require_paddle("paddle_ext.reshard.static_funcs")
+paddle = require_paddle("paddle_ext.compat.static_reshard")
 from paddle.distributed.auto_parallel.static.process_group import new_process_group  # noqa: E402
 from paddle.distributed.auto_parallel.static.reshard_funcs import (  # noqa: E402
     base_reshard_func as _base,
@@ -410,7 +410,7 @@ STATIC_FUNCTIONS = (SToPStaticReshard, RToPStaticReshard, SToSStaticReshard, PTo
 
 
 def _registry() -> list:
-    from ..compat.registries import static_reshard_funcs
+    from .registries import static_reshard_funcs
 
     funcs = static_reshard_funcs()
     if not funcs:  # Paddle fills the list when its register module is imported
