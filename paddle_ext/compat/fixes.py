@@ -139,8 +139,17 @@ def _groups_apply():
                 f"dygraph group {self.id} (ranks {existing.ranks}); create dygraph groups after the Engine")
         exists = self.id == 0 or (existing is not None and existing.process_group is not None)
         if self.nranks >= 2 and rank in self.ranks and not exists:
-            core.CommContextManager.create_gloo_comm_context(
-                core.create_or_get_global_tcp_store(), str(self.id), self.local_rank(rank), self.nranks)
+            # a static ring id is numbered per rank, in creation order: on dp2 x mp2 ring 28 is
+            # [0, 1] on ranks 0-1 and [2, 3] on ranks 2-3. Rendezvous on the global store under the
+            # id alone let both groups write and read the same keys ("28/0", "28/1"): peers of
+            # one group dialled the other's addresses ("Connection refused", or a hang). Each
+            # ring meets on a store of its own, named by the id and its members.
+            from .gloo_groups import group_store
+
+            members = "-".join(str(r) for r in sorted(self.ranks))
+            store = group_store(core.create_or_get_global_tcp_store(), self.id, f"static-ring-{members}",
+                                self.local_rank(rank), self.nranks)
+            core.CommContextManager.create_gloo_comm_context(store, str(self.id), self.local_rank(rank), self.nranks)
         self._is_instantiate = True
 
     pg.ProcessGroup.instantiate = instantiate

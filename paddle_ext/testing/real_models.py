@@ -35,6 +35,7 @@ PLANS = {
     "mp2": (2, 1, 1, 2, False, 0),
     "mp2-sp": (2, 1, 1, 2, True, 0),
     "pp2": (2, 2, 1, 1, False, 0),
+    "dp2mp2": (4, 1, 2, 2, False, 0),
     "zero1-dp2mp2": (4, 1, 2, 2, False, 1),
     "zero2-dp2mp2": (4, 1, 2, 2, False, 2),
     "zero3-dp2mp2": (4, 1, 2, 2, False, 3),
@@ -422,7 +423,9 @@ def summarize_failure(text: str) -> str:
             continue
         section = part.split("--- tail of workerlog")[0].splitlines()
         for line in reversed(section):
-            if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b", line):
+            # Paddle's static errors wrap the cause: "NotImplementedError: In user code:" ...
+            # "    UnimplementedError: Unimplemented cpu kernel ..."
+            if re.match(r"^\s*[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(?!: In user code)", line):
                 return line.strip()[:200]
     return (lines[0] if lines else "failed")[:200]
 
