@@ -11,7 +11,7 @@ import pytest
 from paddle_ext.errors import PaddleExtError, PlacementError, ShardingRuleError
 from paddle_ext.spmd.registry import get_spmd_rule
 
-paddle = pytest.importorskip("paddle")
+import paddle  # noqa: E402 - required: a broken install fails, never skips
 from paddle.base import core  # noqa: E402
 from paddle.distributed.auto_parallel.static.dist_attribute import DistTensorSpec, TensorDistAttr  # noqa: E402
 
