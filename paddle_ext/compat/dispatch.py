@@ -221,11 +221,16 @@ def paddle_has_rule(name: str) -> bool:
 
 
 def ignore_in_dy2static() -> None:
-    """Make dy2static call paddle_ext's functions as plain Python (no AST transcription)."""
-    import paddle_ext
+    """Make dy2static call paddle_ext's functions as plain Python (no AST transcription).
+
+    dy2static skips functions by the file path of the modules it is given; the package that
+    holds this module is already imported (it is our parent), so it is taken from
+    ``sys.modules`` for its path rather than imported from below."""
+    import sys
+
     from paddle.jit.dy2static import convert_call_func as ccf
 
-    ccf.add_ignore_module([paddle_ext])
+    ccf.add_ignore_module([sys.modules[__name__.split(".")[0]]])
 
 
 def pylayer_base():
