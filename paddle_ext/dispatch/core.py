@@ -42,7 +42,7 @@ from ..compat.internals import dtensor_local_api
 from ..errors import ShardingRuleError
 from ..placements import DistSpec, Partial, Replicate, Shard, format_placements
 from ..spmd.registry import is_hashable
-from .audit import _ACTIVE, record_dispatch
+from .audit_report import _ACTIVE, record_dispatch
 from .grad import GradPlan, grad_plan
 
 log = logging.getLogger("paddle_ext.dispatch")
