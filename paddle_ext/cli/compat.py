@@ -29,21 +29,12 @@ def _pick(value: str | None, allowed: tuple, what: str) -> list[str]:
     return picked
 
 
-@contextlib.contextmanager
 def _locked(path: str | None):
     """Hold an exclusive flock on ``path`` (if given) around one launch: a shared machine's
     multi-process runs take turns."""
-    if not path:
-        yield
-        return
-    import fcntl
+    from ..compat.cpp_build import file_lock
 
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return file_lock(path) if path else contextlib.nullcontext()
 
 
 def run(args) -> int:

@@ -186,16 +186,21 @@ def build_and_load(kind: str):
 
 
 @contextlib.contextmanager
-def _locked(build: str):
-    """An exclusive ``flock`` on ``<build>/.lock`` for the ``with`` block."""
+def file_lock(path: str):
+    """An exclusive ``flock`` on the file ``path`` (created if absent) for the ``with`` block."""
     import fcntl
 
-    with open(os.path.join(build, ".lock"), "w") as f:
+    with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _locked(build: str):
+    """An exclusive ``flock`` on ``<build>/.lock`` for the ``with`` block."""
+    return file_lock(os.path.join(build, ".lock"))
 
 
 def main(argv=None) -> int:

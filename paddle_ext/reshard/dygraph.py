@@ -399,11 +399,13 @@ def reshard(x, mesh, placements, *, check: bool = True, stats: dict | None = Non
     paddle = require_paddle("paddle_ext.reshard")
     from .originals import original_reshard
 
-    if isinstance(x, paddle.Tensor) and x.is_dist() and hasattr(mesh, "process_ids") \
-            and routing.to_paddle_first(paddle, x, mesh):
-        return original_reshard()(x, mesh, list(placements))   # Paddle, exactly as without paddle-ext
+    backend = None
+    if isinstance(x, paddle.Tensor) and x.is_dist() and hasattr(mesh, "process_ids"):
+        backend = routing.call_backend(x, mesh)   # asked once per call
+        if routing.to_paddle_first(paddle, x, mesh, backend):
+            return original_reshard()(x, mesh, list(placements))   # Paddle, exactly as without paddle-ext
     src, dst, s_ranks, d_ranks = _specs(x, mesh, placements)
-    if routing.call_backend(x, mesh) == routing.NCCL and not routing.nccl_keeps(src, dst, s_ranks, d_ranks):
+    if backend == routing.NCCL and not routing.nccl_keeps(src, dst, s_ranks, d_ranks):
         return _native(x, mesh, placements, src, dst, stats)
     if check:  # before any data moves, on every path
         _check_request(paddle, x, src, dst, s_ranks, d_ranks)

@@ -23,14 +23,9 @@ padding (``stats["padding_bytes"]`` on Paddle ranks, ``simulate_reshard(padding=
 """
 from __future__ import annotations
 
+import math
+
 from ..errors import ReshardPlanError
-
-
-def _numel(shape) -> int:
-    out = 1
-    for s in shape:
-        out *= s
-    return out
 
 
 def exchange_by_scatter(be, group: tuple, outgoing: dict, incoming: dict, targets: dict | None = None) -> dict:
@@ -61,7 +56,7 @@ def exchange_by_scatter(be, group: tuple, outgoing: dict, incoming: dict, target
                 be.scatter(be.concat_flat(chunks, ref), width, ref, root, 0)
             continue
         ins = incoming.get(root, [])
-        want = [_numel(shape) for shape, _ in ins]
+        want = [math.prod(shape) for shape, _ in ins]
         if sum(want) != sizes[i][k]:
             raise ReshardPlanError(
                 f"rank {me} expects {sum(want)} elements from rank {root}, which sends {sizes[i][k]}: the "

@@ -46,11 +46,12 @@ def _call_group(x, mesh):
     return group_for(members)
 
 
-def to_paddle_first(paddle, x, mesh) -> str | None:
+def to_paddle_first(paddle, x, mesh, backend: str | None) -> str | None:
     """Before paddle-ext looks at the request: why Paddle should run it, or None.
 
     Decided from the job alone (every rank of a reshard answers alike): no parallel environment,
-    or a backend paddle-ext does not know."""
+    or a backend paddle-ext does not know. ``backend`` is :func:`call_backend`'s answer, asked
+    once per call by the caller."""
     if not parallel_env_ready():
         world = paddle.distributed.get_world_size()
         ranks = set(x.process_mesh.process_ids) | set(mesh.process_ids)
@@ -61,7 +62,6 @@ def to_paddle_first(paddle, x, mesh) -> str | None:
                   "has no process group to run on; dist.reshard goes to Paddle's own reshard, which creates its "
                   "communicators itself (call dist.init_parallel_env() to use paddle-ext's executor)")
         return "no-parallel-env"
-    backend = call_backend(x, mesh)
     if route_unknown(backend, "dygraph reshards"):
         return f"backend {backend}"
     return None
