@@ -11,18 +11,18 @@
 * :mod:`.runtime` -- every schedule on Paddle's dygraph pipelining: ``get_schedule("ZBV")``.
 * :mod:`.static` -- the schedules as Paddle's static ``pipeline_scheduler_<NAME>`` passes.
 """
-from paddle_ext.passes.lowering import add_send_recv
-from paddle_ext.passes.runtime import get_schedule  # the Paddle-runtime classes by name (imports Paddle when called)
-from paddle_ext.passes.render import chrome_trace, draw_timeline, format_timeline, write_chrome_trace
-from paddle_ext.passes.schedule_ir import (COMM_KINDS, COMPUTE_KINDS, Action, Kind, Schedule, compute_only,
-                                           dump_csv, format_grid, format_schedule, load_csv, parse_action,
-                                           parse_schedule, schedule_from_csv, schedule_to_csv)
-from paddle_ext.passes.schedules import (SCHEDULES, ScheduleInfo, generate_schedule, get_schedule_generator,
-                                         get_schedule_info, schedule_names)
-from paddle_ext.passes.simulate import Costs, SimulationResult, simulate_schedule
-from paddle_ext.passes.stage_placement import (loop_stage_to_rank, stage_to_rank, stage_to_rank_map,
-                                               stages_on_rank, v_stage_to_rank)
-from paddle_ext.passes.validate import ScheduleShape, validate_schedule
+from .lowering import add_send_recv
+from .runtime import get_schedule  # the Paddle-runtime classes by name (imports Paddle when called)
+from .render import chrome_trace, draw_timeline, format_timeline, write_chrome_trace
+from .schedule_ir import (COMM_KINDS, COMPUTE_KINDS, Action, Kind, Schedule, compute_only,
+                          dump_csv, format_grid, format_schedule, load_csv, parse_action,
+                          parse_schedule, schedule_from_csv, schedule_to_csv)
+from .schedules import (SCHEDULES, ScheduleInfo, generate_schedule, get_schedule_generator,
+                        get_schedule_info, schedule_names)
+from .simulate import Costs, SimulationResult, simulate_schedule
+from .stage_placement import (loop_stage_to_rank, stage_to_rank, stage_to_rank_map,
+                              stages_on_rank, v_stage_to_rank)
+from .validate import ScheduleShape, validate_schedule
 
 __all__ = [
     "get_schedule", "Action", "Kind", "Schedule", "COMPUTE_KINDS", "COMM_KINDS", "parse_action", "compute_only", "format_grid",

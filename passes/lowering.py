@@ -39,9 +39,9 @@ from operator import itemgetter
 from typing import List, Mapping, Optional, Sequence, Tuple, Union
 
 from paddle_ext.errors import ScheduleError
-from paddle_ext.passes.schedule_ir import Action, Kind, Schedule
-from paddle_ext.passes.simulate import Costs, _check_latency, _coerce_costs, run_simulation
-from paddle_ext.passes.structure import check_structure
+from .schedule_ir import Action, Kind, Schedule
+from .simulate import Costs, _check_latency, _coerce_costs, run_simulation
+from .structure import check_structure
 
 __all__ = ["add_send_recv"]
 

@@ -16,8 +16,8 @@ import json
 from typing import Dict, List
 
 from paddle_ext.errors import ScheduleError
-from paddle_ext.passes.schedule_ir import Kind
-from paddle_ext.passes.simulate import SimulationResult
+from .schedule_ir import Kind
+from .simulate import SimulationResult
 
 __all__ = ["format_timeline", "chrome_trace", "write_chrome_trace", "draw_timeline", "KIND_COLORS"]
 

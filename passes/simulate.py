@@ -48,8 +48,8 @@ from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from paddle_ext.errors import ScheduleError
-from paddle_ext.passes.schedule_ir import COMPUTE_KINDS, Action, Kind, format_grid
-from paddle_ext.passes.structure import ScheduleShape, check_structure
+from .schedule_ir import COMPUTE_KINDS, Action, Kind, format_grid
+from .structure import ScheduleShape, check_structure
 
 __all__ = ["Costs", "SimulationResult", "simulate_schedule"]
 

@@ -15,7 +15,7 @@ from operator import itemgetter
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from paddle_ext.errors import ScheduleError
-from paddle_ext.passes.schedule_ir import COMM_KINDS, Action, Kind, format_grid
+from .schedule_ir import COMM_KINDS, Action, Kind, format_grid
 
 __all__ = ["ScheduleShape", "check_structure"]
 

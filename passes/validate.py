@@ -32,9 +32,9 @@ from __future__ import annotations
 from typing import Mapping, Optional, Sequence
 
 from paddle_ext.errors import ScheduleError
-from paddle_ext.passes.schedule_ir import Action
-from paddle_ext.passes.simulate import Costs, run_simulation
-from paddle_ext.passes.structure import ScheduleShape, check_structure
+from .schedule_ir import Action
+from .simulate import Costs, run_simulation
+from .structure import ScheduleShape, check_structure
 
 __all__ = ["ScheduleShape", "check_structure", "validate_schedule"]
 

@@ -1,7 +1,7 @@
 """paddle-ext's SPMD rule engine (pure: imports no Paddle until a Paddle rule is asked for).
 
 * :mod:`.notation`  -- the rule notation (``"b m k, k n -> b m n | reduce(max): k"``).
-* :mod:`.engine`    -- einsum inference: merge, conflicts, partial outputs, reshards.
+* :mod:`.einsum`    -- einsum inference: merge, conflicts, partial outputs, reshards.
 * :mod:`.dimtrans`  -- reshape-like ops as DimTrans maps.
 * :mod:`.onedim`    -- rules written for one mesh dim, expanded to N-D meshes.
 * :mod:`.registry`  -- ``register_spmd_rule`` / ``get_spmd_rule`` (Paddle's C++ rules as fallback).

@@ -40,7 +40,7 @@ from typing import Sequence, Union
 
 from ..errors import ShardingRuleError
 from ..placements import DistSpec, Partial
-from .engine import check_same_mesh
+from .einsum import check_same_mesh
 from .result import RuleResult, make_result, spec_from_mapping
 
 

@@ -21,7 +21,7 @@ from typing import Sequence
 
 from ..errors import ShardingRuleError
 from ..placements import DistSpec, Placement, Replicate, Shard, parse_placements
-from .engine import check_same_mesh
+from .einsum import check_same_mesh
 from .result import RuleResult, make_result, transition_cost
 
 

@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ..errors import ShardingRuleError
 from ..placements import DistSpec
 from .dimtrans import infer_dimtrans, infer_dimtrans_reverse
-from .engine import infer_einsum, infer_einsum_grad, infer_einsum_reverse
+from .einsum import infer_einsum, infer_einsum_grad, infer_einsum_reverse
 from .notation import Notation, parse_notation
 from .onedim import infer_onedim, infer_onedim_reverse
 from .result import RuleResult, make_result

@@ -13,7 +13,7 @@ the input, the last the target); with one rank every stage is local, as here:
 >>> len(losses), all(p.grad is not None for p in model.parameters())
 (4, True)
 
-* :mod:`.schedules`      -- ``get_schedule(name)`` and the classes (ScheduleFThenB ... ScheduleInterleavedZB).
+* :mod:`.schedule_classes` -- ``get_schedule(name)`` and the classes (ScheduleFThenB ... ScheduleInterleavedZB).
 * :mod:`.stage_runtime`  -- one stage's forward / backward / weight actions and its messages.
 * :mod:`.split_backward` -- I/W split for Paddle autograd (deferred Linear weight gradients).
 * :mod:`.placement`      -- ``split_model``, ``stage_indices`` (V shape, interleaved), ``build_stages``.
@@ -22,10 +22,10 @@ See ``docs/pipeline_dygraph.md``.
 """
 from .placement import (build_stages, interleaved_stage_indices, pipeline_group,  # noqa: F401
                         split_model, split_sizes, stage_indices, v_shape_stage_indices)
-from .schedules import (PipelineRuntimeError, PipelineScheduleRuntime, Schedule1F1B,  # noqa: F401
-                        ScheduleDualPipeV, ScheduleFThenB, ScheduleInterleaved1F1B, ScheduleInterleavedZB,
-                        ScheduleLoopedBFS, ScheduleVPP, ScheduleZBH1, ScheduleZBH2, ScheduleZBV, get_schedule,
-                        schedule_class_names)
+from .schedule_classes import (PipelineRuntimeError, PipelineScheduleRuntime, Schedule1F1B,  # noqa: F401
+                               ScheduleDualPipeV, ScheduleFThenB, ScheduleInterleaved1F1B, ScheduleInterleavedZB,
+                               ScheduleLoopedBFS, ScheduleVPP, ScheduleZBH1, ScheduleZBH2, ScheduleZBV, get_schedule,
+                               schedule_class_names)
 from .split_backward import (DeferredLinearSplit, RegradSplit, SplitStrategy,  # noqa: F401
                              get_split_strategy)
 

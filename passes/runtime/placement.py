@@ -84,7 +84,7 @@ def split_model(model, n_stages: int, sizes: Optional[Sequence[int]] = None) -> 
 
 def v_shape_stage_indices(rank: int, n_ranks: int) -> Tuple[int, int]:
     """V placement: rank ``r`` of ``p`` holds stages ``r`` and ``2p - 1 - r``."""
-    from paddle_ext.passes.stage_placement import stages_on_rank
+    from ..stage_placement import stages_on_rank
 
     _check_rank(rank, n_ranks)
     return tuple(stages_on_rank(rank, n_ranks, 2, "v"))
@@ -92,7 +92,7 @@ def v_shape_stage_indices(rank: int, n_ranks: int) -> Tuple[int, int]:
 
 def interleaved_stage_indices(rank: int, n_ranks: int, n_chunks: int) -> Tuple[int, ...]:
     """Looped placement: rank ``r`` holds stages ``r, r + p, ..., r + (v - 1) p``."""
-    from paddle_ext.passes.stage_placement import stages_on_rank
+    from ..stage_placement import stages_on_rank
 
     _check_rank(rank, n_ranks)
     return tuple(stages_on_rank(rank, n_ranks, n_chunks, "loop"))
@@ -105,8 +105,8 @@ def _check_rank(rank: int, n_ranks: int) -> None:
 
 def stage_indices(schedule: str, rank: int, n_ranks: int, n_chunks: Optional[int] = None) -> Tuple[int, ...]:
     """The stages ``rank`` holds under schedule ``schedule`` (its placement and default chunks)."""
-    from paddle_ext.passes.schedules import get_schedule_info
-    from paddle_ext.passes.stage_placement import stages_on_rank
+    from ..schedules import get_schedule_info
+    from ..stage_placement import stages_on_rank
 
     info = get_schedule_info(schedule)
     chunks = info.default_chunks if n_chunks is None else n_chunks

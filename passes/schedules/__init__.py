@@ -20,17 +20,17 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
 
 from paddle_ext.errors import ScheduleError
-from paddle_ext.passes.schedule_ir import Schedule
-from paddle_ext.passes.schedules._checks import SizeRule
-from paddle_ext.passes.schedules.dualpipe_v import SIZES as _DUALPIPE_V, dualpipe_v
-from paddle_ext.passes.schedules.fthenb import SIZES as _FTHENB, fthenb
-from paddle_ext.passes.schedules.interleaved_1f1b import SIZES as _INTERLEAVED_1F1B, interleaved_1f1b
-from paddle_ext.passes.schedules.interleaved_zb import SIZES as _INTERLEAVED_ZB, interleaved_zb
-from paddle_ext.passes.schedules.looped_bfs import SIZES as _LOOPED_BFS, looped_bfs
-from paddle_ext.passes.schedules.one_f_one_b import SIZES as _ONE_F_ONE_B, one_f_one_b
-from paddle_ext.passes.schedules.zb_h1 import SIZES as _ZB_H1, zb_h1
-from paddle_ext.passes.schedules.zb_h2 import SIZES as _ZB_H2, zb_h2
-from paddle_ext.passes.schedules.zb_v import SIZES as _ZB_V, zb_v
+from ..schedule_ir import Schedule
+from ._checks import SizeRule
+from .dualpipe_v import SIZES as _DUALPIPE_V, dualpipe_v
+from .fthenb import SIZES as _FTHENB, fthenb
+from .interleaved_1f1b import SIZES as _INTERLEAVED_1F1B, interleaved_1f1b
+from .interleaved_zb import SIZES as _INTERLEAVED_ZB, interleaved_zb
+from .looped_bfs import SIZES as _LOOPED_BFS, looped_bfs
+from .one_f_one_b import SIZES as _ONE_F_ONE_B, one_f_one_b
+from .zb_h1 import SIZES as _ZB_H1, zb_h1
+from .zb_h2 import SIZES as _ZB_H2, zb_h2
+from .zb_v import SIZES as _ZB_V, zb_v
 
 __all__ = ["ScheduleInfo", "SizeRule", "SCHEDULES", "get_schedule_info", "get_schedule_generator",
            "generate_schedule", "schedule_names"] + ["fthenb", "one_f_one_b", "interleaved_1f1b", "looped_bfs",

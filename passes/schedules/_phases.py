@@ -24,7 +24,7 @@ from collections import deque
 from typing import List, Optional, Sequence, Tuple
 
 from paddle_ext.errors import ScheduleError
-from paddle_ext.passes.schedule_ir import Action, Kind
+from ..schedule_ir import Action, Kind
 
 __all__ = ["Phases", "expand_phases", "split_backward_phases"]
 

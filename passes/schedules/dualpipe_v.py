@@ -21,10 +21,10 @@ rank 1 |  .  1F0 2F0 1F1 2F1 1F2 2B0 ~~~ 2F2 1B0 ~~~ 1F3 2B1 ~~~ 2F3 1B1 ~~~ 2B2
 """
 from __future__ import annotations
 
-from paddle_ext.passes.schedule_ir import Schedule
-from paddle_ext.passes.schedules._checks import SizeRule
-from paddle_ext.passes.schedules._phases import expand_phases
-from paddle_ext.passes.stage_placement import stages_on_rank
+from ..schedule_ir import Schedule
+from ._checks import SizeRule
+from ._phases import expand_phases
+from ..stage_placement import stages_on_rank
 
 NAME = "DualPipeV"
 SIZES = SizeRule(chunks=2, chunks_why="DualPipeV puts exactly 2 stages on each rank (a V)",

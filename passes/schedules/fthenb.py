@@ -12,9 +12,9 @@ rank 2 |  .   .  2F0 2F1 2F2 2B0 ~~~ 2B1 ~~~ 2B2 ~~~
 """
 from __future__ import annotations
 
-from paddle_ext.passes.schedule_ir import Schedule
-from paddle_ext.passes.schedules._checks import SizeRule
-from paddle_ext.passes.schedules._phases import expand_phases
+from ..schedule_ir import Schedule
+from ._checks import SizeRule
+from ._phases import expand_phases
 
 NAME = "FThenB"
 SIZES = SizeRule(chunks=1, chunks_why="each rank holds one stage (LoopedBFS is FThenB with several)")

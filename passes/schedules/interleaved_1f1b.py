@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import List
 
-from paddle_ext.passes.schedule_ir import Action, Kind, Schedule
-from paddle_ext.passes.schedules._checks import SizeRule
+from ..schedule_ir import Action, Kind, Schedule
+from ._checks import SizeRule
 
 NAME = "VPP"
 SIZES = SizeRule(multiple_of_ranks=True, multiple_why="microbatches enter the pipeline in groups of n_ranks")

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from paddle_ext.passes.schedule_ir import Action, Kind, Schedule
-from paddle_ext.passes.schedules._checks import SizeRule
-from paddle_ext.passes.schedules.interleaved_1f1b import interleaved_order
+from ..schedule_ir import Action, Kind, Schedule
+from ._checks import SizeRule
+from .interleaved_1f1b import interleaved_order
 
 NAME = "InterleavedZB"
 SIZES = SizeRule(multiple_of_ranks=True, multiple_why="microbatches enter the pipeline in groups of n_ranks")

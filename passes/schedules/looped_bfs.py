@@ -13,8 +13,8 @@ rank 1 |  .  1F0 1F1 3F0 3F1 3B0 ~~~ 3B1 ~~~ 1B0 ~~~ 1B1 ~~~
 """
 from __future__ import annotations
 
-from paddle_ext.passes.schedule_ir import Action, Kind, Schedule
-from paddle_ext.passes.schedules._checks import SizeRule
+from ..schedule_ir import Action, Kind, Schedule
+from ._checks import SizeRule
 
 NAME = "LoopedBFS"
 SIZES = SizeRule()  # any n_chunks, any n_microbatches

@@ -13,9 +13,9 @@ rank 2 |  .   .  2F0 2B0 ~~~ 2F1 2B1 ~~~ 2F2 2B2 ~~~ 2F3 2B3 ~~~
 """
 from __future__ import annotations
 
-from paddle_ext.passes.schedule_ir import Schedule
-from paddle_ext.passes.schedules._checks import SizeRule
-from paddle_ext.passes.schedules._phases import expand_phases
+from ..schedule_ir import Schedule
+from ._checks import SizeRule
+from ._phases import expand_phases
 
 NAME = "1F1B"
 SIZES = SizeRule(chunks=1, chunks_why="each rank holds one stage (VPP is 1F1B with several)")

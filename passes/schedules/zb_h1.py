@@ -18,9 +18,9 @@ rank 2 |  .   .  2F0 2I0 2F1 2I1 2F2 2I2 2W0 2W1 2W2
 """
 from __future__ import annotations
 
-from paddle_ext.passes.schedule_ir import Schedule
-from paddle_ext.passes.schedules._checks import SizeRule
-from paddle_ext.passes.schedules._phases import expand_phases, split_backward_phases
+from ..schedule_ir import Schedule
+from ._checks import SizeRule
+from ._phases import expand_phases, split_backward_phases
 
 NAME = "ZBH1"
 SIZES = SizeRule(chunks=1, chunks_why="ZB-H1 places one stage per rank (InterleavedZB or ZBV use more)")

@@ -18,9 +18,9 @@ rank 2 |  .   .  2F0 2I0 2F1 2I1 2F2 2I2 2F3 2I3 2F4 2I4 2W0 2W1 2W2 2W3 2W4
 """
 from __future__ import annotations
 
-from paddle_ext.passes.schedule_ir import Schedule
-from paddle_ext.passes.schedules._checks import SizeRule
-from paddle_ext.passes.schedules._phases import expand_phases, split_backward_phases
+from ..schedule_ir import Schedule
+from ._checks import SizeRule
+from ._phases import expand_phases, split_backward_phases
 
 NAME = "ZBH2"
 SIZES = SizeRule(chunks=1, chunks_why="ZB-H2 places one stage per rank (ZBV uses two)")

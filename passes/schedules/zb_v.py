@@ -19,10 +19,10 @@ rank 1 |  .  1F0 2F0 1F1 2F1 2I0 2W0 1F2 1I0 1W0 2F2 2I1 2W1 1I1 2I2 1I2 1W1 2W2
 """
 from __future__ import annotations
 
-from paddle_ext.passes.schedule_ir import Schedule
-from paddle_ext.passes.schedules._checks import SizeRule
-from paddle_ext.passes.schedules._phases import expand_phases
-from paddle_ext.passes.stage_placement import stages_on_rank
+from ..schedule_ir import Schedule
+from ._checks import SizeRule
+from ._phases import expand_phases
+from ..stage_placement import stages_on_rank
 
 NAME = "ZBV"
 SIZES = SizeRule(chunks=2, chunks_why="a V shape puts exactly 2 stages on each rank")

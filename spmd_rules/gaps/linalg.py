@@ -12,7 +12,7 @@ coordinate 0, zeros elsewhere), stated in the result like any other.
 from __future__ import annotations
 
 from paddle_ext.placements import DistSpec, Partial, Replicate, Shard
-from paddle_ext.spmd.engine import infer_einsum
+from paddle_ext.spmd.einsum import infer_einsum
 from paddle_ext.spmd.registry import Rows
 from paddle_ext.spmd.result import make_result
 

@@ -38,7 +38,7 @@ from paddle_ext.passes import (Costs, add_send_recv, compute_only, generate_sche
                                schedule_names, simulate_schedule, validate_schedule)
 from paddle_ext.placements import DistSpec, Partial, Replicate, Shard
 from paddle_ext.reshard import format_plan, plan_reshard, simulate_reshard
-from paddle_ext.spmd.engine import infer_einsum
+from paddle_ext.spmd.einsum import infer_einsum
 from paddle_ext.spmd.notation import ONE, parse_notation
 from paddle_ext.simulated_ranks import assemble, shard_dense, simulate
 

@@ -4,7 +4,7 @@ import doctest
 import pytest
 
 import paddle_ext.spmd.dimtrans
-import paddle_ext.spmd.engine
+import paddle_ext.spmd.einsum
 import paddle_ext.spmd.notation
 import paddle_ext.spmd.onedim
 import paddle_ext.spmd.registry
@@ -13,7 +13,7 @@ from paddle_ext.errors import ShardingRuleError
 from paddle_ext.spmd.notation import parse_notation
 
 
-@pytest.mark.parametrize("mod", [paddle_ext.spmd.notation, paddle_ext.spmd.engine, paddle_ext.spmd.result,
+@pytest.mark.parametrize("mod", [paddle_ext.spmd.notation, paddle_ext.spmd.einsum, paddle_ext.spmd.result,
                                  paddle_ext.spmd.dimtrans, paddle_ext.spmd.onedim, paddle_ext.spmd.registry],
                          ids=lambda m: m.__name__)
 def test_spmd_doctests(mod):

@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Sequence
 
 from paddle_ext.errors import ScheduleError
-from paddle_ext.passes.schedule_ir import Action, Kind, format_grid
+from ..schedule_ir import Action, Kind, format_grid
 from paddle_ext.testing.actions import record_action, recording
 
 from .p2p import ensure_pair_groups
@@ -128,7 +128,7 @@ class PipelineScheduleRuntime:
         if name is None:
             raise ScheduleError("PipelineScheduleRuntime needs a schedule: use get_schedule(name)(...) or pass "
                                 "schedule_name=")
-        from paddle_ext.passes.schedules import get_schedule_info
+        from ..schedules import get_schedule_info
 
         self.info = get_schedule_info(name)
         self._stages = list(stages) if isinstance(stages, (list, tuple)) else [stages]
@@ -163,8 +163,8 @@ class PipelineScheduleRuntime:
     # --------------------------------------------------------------------------- planning
     def _plan(self) -> None:
         from paddle_ext.compat.pipelining import is_pipeline_stage
-        from paddle_ext.passes.lowering import add_send_recv
-        from paddle_ext.passes.validate import validate_schedule
+        from ..lowering import add_send_recv
+        from ..validate import validate_schedule
 
         name, stages, m = self.info.name, self._stages, self._n_microbatches
         if not stages:
@@ -366,7 +366,7 @@ _CLASSES = {c.SCHEDULE_NAME: c for c in (ScheduleFThenB, Schedule1F1B, ScheduleV
 
 def get_schedule(name: str) -> type:
     """The schedule class for ``name`` (case-insensitive; aliases such as GPipe, Interleaved1F1B work)."""
-    from paddle_ext.passes.schedules import get_schedule_info
+    from ..schedules import get_schedule_info
 
     info = get_schedule_info(name)
     cls = _CLASSES.get(info.name)
@@ -377,6 +377,6 @@ def get_schedule(name: str) -> type:
 
 def schedule_class_names() -> tuple:
     """The canonical schedule names that have a class (every IR generator)."""
-    from paddle_ext.passes.schedules import schedule_names
+    from ..schedules import schedule_names
 
     return tuple(schedule_names())

@@ -5,7 +5,7 @@ from paddle_ext.placements import DistSpec
 from paddle_ext.spmd import infer_backward, infer_forward, infer_grad
 from paddle_ext.spmd.dimtrans import (Flatten, InputDim, Singleton, Split, expand_map, infer_dimtrans,
                                       tile_map, view_groups)
-from paddle_ext.spmd.engine import infer_einsum
+from paddle_ext.spmd.einsum import infer_einsum
 from paddle_ext.spmd.onedim import infer_onedim
 
 
