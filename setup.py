@@ -19,6 +19,8 @@ setup(
     python_requires=">=3.9",
     packages=core + rules + passes,
     package_dir={"paddle_ext.spmd_rules": "spmd_rules", "paddle_ext.passes": "passes"},
+    # the C++ pieces compat/cpp_build.py compiles at first use (MANIFEST.in carries them into the sdist)
+    package_data={"paddle_ext": ["csrc/*.cc"]},
     include_package_data=True,
     # Paddle itself is not a hard requirement: a CPU build (extra "cpu") or a GPU build from
     # Paddle's own index both satisfy paddle-ext; compat checks the version at use.

@@ -1,8 +1,9 @@
 """Building and loading paddle-ext's small C++ pieces with Paddle's own ``cpp_extension``.
 
-Each piece (:data:`PIECES`) is one source string. It is built once per source and Paddle
-version, against the headers of the installed Paddle (``paddle/include``), and cached under
-``$PADDLE_EXT_CACHE`` (default ``~/.cache/paddle_ext``).
+Each piece (:data:`PIECES`) is one C++ file in ``paddle_ext/csrc/`` (package data, so a wheel
+ships it). It is built once per source text and Paddle wheel (:func:`build_key`: an edited
+``.cc`` builds again), against the headers of the installed Paddle (``paddle/include``), and
+cached under ``$PADDLE_EXT_CACHE`` (default ``~/.cache/paddle_ext``).
 
 A build always runs in a builder process of its own (``python -m paddle_ext.compat.cpp_build
 KIND``). It takes the build directory's file lock, compiles into a temporary directory and moves
@@ -13,13 +14,12 @@ process that loads it never imports a second copy from the build directory.
 short script or a rank that ends early. A cached library that does not load is removed and built
 once more.
 
-Users: :mod:`.static_engine` (gloo collective ops for the static Engine) and :mod:`.fast_key`
+Users: :mod:`.static_collectives` (gloo collective ops for the static Engine) and :mod:`.fast_key`
 (the dispatch fast path's cache key).
 """
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import os
 import subprocess
@@ -29,22 +29,34 @@ from ..errors import CompatError
 
 logger = logging.getLogger("paddle_ext.compat")
 
-#: kind -> (module, name attribute, source attribute, what it is called in messages)
+#: kind -> (extension module name, source file in ``paddle_ext/csrc/``, what it is called in messages)
 PIECES = {
-    "fast_key": ("paddle_ext.compat.fast_key", "NAME", "SOURCE", "dispatch key"),
-    "gloo_ops": ("paddle_ext.compat.static_engine", "GLOO_OPS_NAME", "GLOO_OPS_SOURCE", "gloo ops"),
+    "fast_key": ("paddle_ext_fast_key", "fast_key.cc", "dispatch key"),
+    "gloo_ops": ("paddle_ext_gloo_ops", "gloo_ops.cc", "gloo ops"),
 }
+SOURCE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc")
 BUILD_TIMEOUT = 900   # seconds; a build takes 20-30 s with g++ on this machine
 _HARNESS_TAG = "PADDLE_EXT_HARNESS_TAG"   # paddle_ext.testing's marker of its rank processes
 
 
-def piece(kind: str) -> tuple[str, str, str]:
-    """``(extension name, source, what)`` of a piece."""
+def source_path(kind: str) -> str:
+    """The C++ file of a piece: ``paddle_ext/csrc/<file>``."""
     if kind not in PIECES:
         raise CompatError(f"no paddle-ext C++ piece {kind!r}; known: {', '.join(PIECES)}")
-    module, name, source, what = PIECES[kind]
-    mod = importlib.import_module(module)
-    return getattr(mod, name), getattr(mod, source), what
+    return os.path.join(SOURCE_DIR, PIECES[kind][1])
+
+
+def piece(kind: str) -> tuple[str, str, str]:
+    """``(extension name, source text, what)`` of a piece; the text is read from its file."""
+    path = source_path(kind)
+    try:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+    except OSError as exc:
+        raise CompatError(f"paddle-ext's C++ source {path} cannot be read ({exc}); reinstall paddle-ext "
+                          "(the wheel ships paddle_ext/csrc/*.cc)") from exc
+    name, _, what = PIECES[kind]
+    return name, source, what
 
 
 def cache_root() -> str:

@@ -13,8 +13,9 @@ against a native add of ~40 us). ``fast_key(slots)`` reads the same facts from e
 * ``None`` when a slot is not a DistTensor (None, a list, a dense tensor) or the inputs are on
   different meshes: the general path then runs (and names the problem).
 
-It is built with Paddle's ``cpp_extension`` against the installed Paddle's headers, only on the
-Paddle versions :mod:`.version` names (:mod:`.cpp_build`; first use ~25 s, then cached).
+The C++ source is ``paddle_ext/csrc/fast_key.cc``. It is built with Paddle's ``cpp_extension``
+against the installed Paddle's headers, only on the Paddle versions :mod:`.version` names
+(:mod:`.cpp_build`; first use ~25 s, then cached).
 :func:`start` loads it when built and otherwise starts a detached builder process, so the first
 calls use the Python key and nothing waits.
 Without a compiler, or with ``PADDLE_EXT_FAST_KEY=0``, the Python key serves every call;
@@ -27,111 +28,6 @@ import os
 import threading
 
 logger = logging.getLogger("paddle_ext.dispatch")
-
-NAME = "paddle_ext_fast_key"
-SOURCE = r'''
-// paddle-ext: the dispatch fast path's cache key, read straight from the DistTensors.
-#include <Python.h>
-
-#include <string>
-
-#include "paddle/extension.h"
-#include "paddle/phi/core/distributed/auto_parallel/dist_tensor.h"
-#include "paddle/phi/core/distributed/auto_parallel/placement_types.h"
-#include "paddle/utils/pybind.h"
-
-namespace {
-using phi::distributed::DistTensor;
-using phi::distributed::ProcessMesh;
-
-inline void Put(std::string* key, int64_t v) { key->append(reinterpret_cast<const char*>(&v), sizeof v); }
-
-template <typename V>
-void PutInts(std::string* key, const V& values) {
-  Put(key, static_cast<int64_t>(values.size()));
-  for (auto v : values) Put(key, static_cast<int64_t>(v));
-}
-
-void PutMesh(std::string* key, const ProcessMesh& mesh) {
-  PutInts(key, mesh.shape());
-  PutInts(key, mesh.process_ids());
-  Put(key, static_cast<int64_t>(mesh.dim_names().size()));
-  for (const auto& name : mesh.dim_names()) {
-    Put(key, static_cast<int64_t>(name.size()));
-    key->append(name);
-  }
-}
-
-bool SameMesh(const ProcessMesh& a, const ProcessMesh& b) {
-  return &a == &b ||
-         (a.shape() == b.shape() && a.process_ids() == b.process_ids() && a.dim_names() == b.dim_names());
-}
-
-// Appends one placement; false for a kind this key does not know (the general path decides).
-bool PutPlacement(std::string* key, const phi::distributed::Placement& p) {
-  if (p.is_replicated()) {
-    Put(key, 1);
-  } else if (p.is_partial()) {
-    Put(key, 2);
-    Put(key, static_cast<int64_t>(static_cast<const phi::distributed::Partial&>(p).get_reduce_type()));
-  } else if (p.is_shard()) {
-    const auto& s = static_cast<const phi::distributed::Shard&>(p);
-    Put(key, 3);
-    Put(key, s.get_dim());
-    Put(key, s.get_split_factor());
-    Put(key, s.get_co_shard_order());
-  } else {
-    return false;
-  }
-  return true;
-}
-
-// (key bytes, no input requires grad) for a list or tuple of DistTensors on one mesh, else None.
-py::object FastKey(py::handle slots) {
-  PyObject* seq = slots.ptr();
-  if (!PyList_Check(seq) && !PyTuple_Check(seq)) return py::none();
-  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-  PyObject** items = PySequence_Fast_ITEMS(seq);
-  if (n == 0) return py::none();
-  std::string key;
-  key.reserve(256);
-  const ProcessMesh* first = nullptr;
-  bool no_grad = true;
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* obj = items[i];
-    if (!paddle::pybind::PyCheckTensor(obj)) return py::none();
-    const paddle::Tensor& t = reinterpret_cast<paddle::pybind::TensorObject*>(obj)->tensor;
-    phi::TensorBase* impl = t.impl().get();
-    if (impl == nullptr || !DistTensor::classof(impl)) return py::none();
-    const auto* d = static_cast<const DistTensor*>(impl);
-    const ProcessMesh& mesh = d->process_mesh();
-    if (first == nullptr) {
-      first = &mesh;
-      PutMesh(&key, mesh);
-    } else if (!SameMesh(*first, mesh)) {
-      return py::none();
-    }
-    const auto& dims = d->dims();
-    Put(&key, dims.size());
-    for (int k = 0; k < dims.size(); ++k) Put(&key, dims[k]);
-    const auto& placements = d->placements();
-    Put(&key, static_cast<int64_t>(placements.size()));
-    for (const auto& p : placements) {
-      if (!p || !PutPlacement(&key, *p)) return py::none();
-    }
-    PyObject* sg = PyObject_GetAttrString(obj, "stop_gradient");
-    if (sg == nullptr) throw py::error_already_set();
-    if (sg != Py_True) no_grad = false;
-    Py_DECREF(sg);
-  }
-  return py::make_tuple(py::bytes(key), no_grad);
-}
-}  // namespace
-
-PYBIND11_MODULE(paddle_ext_fast_key, m) {
-  m.def("fast_key", &FastKey, "paddle-ext dispatch key of DistTensor slots: (bytes, no_grad) or None");
-}
-'''
 
 KEY: list = [None]        # the compiled ``fast_key`` once loaded; the dispatcher reads KEY[0] per call
 _STATE = {"status": "not started"}

@@ -1,0 +1,152 @@
+// paddle-ext: gloo collectives that find their communicator by ring id when they run.
+//
+// Why a C++ op: on CPU every static collective kernel reads its communicator from the one shared
+// CPU DeviceContext, and the executor binds it only if none is bound yet (SetDeviceCommContext:
+// "if (!dev_ctx->GetCommContext())"). So the first collective built in a process fixes the
+// communicator of every later one: all rings collapse into one (right only when every group has
+// the same ranks in the same order), and send_v2/recv_v2 have no CPU kernel at all. These ops
+// look their ring up in CommContextManager when they run.
+//
+// Built by paddle_ext/compat/cpp_build.py (piece "gloo_ops") against the installed Paddle's
+// headers; used by paddle_ext/compat/static_collectives.py, which rewrites a program's
+// send_v2/recv_v2/all_reduce/all_gather/broadcast into the pe_gloo_* ops below.
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "paddle/extension.h"
+#include "paddle/phi/core/dense_tensor.h"
+#include "paddle/phi/core/distributed/comm_context_manager.h"
+
+namespace phi {
+namespace distributed {
+// The wheel ships gloo_comm_context.h but not gloo's headers: declare the exported members.
+class GlooCommContext : public CommContext {
+ public:
+  void Broadcast(phi::DenseTensor* out, const phi::DenseTensor& in, int root, uint32_t tag);
+  void AllReduce(phi::DenseTensor* out, const phi::DenseTensor& in, int reduce_type, uint32_t tag);
+  void AllGather(phi::DenseTensor* out, const phi::DenseTensor& in, uint32_t tag);
+  void Send(const phi::DenseTensor& in, int dst, uint32_t tag);
+  void Recv(phi::DenseTensor* out, int src, uint32_t tag);
+};
+}  // namespace distributed
+}  // namespace phi
+
+namespace {
+phi::distributed::GlooCommContext* Ring(const std::string& key) {
+  auto& manager = phi::distributed::CommContextManager::GetInstance();
+  PD_CHECK(manager.Has(key), "paddle-ext gloo op: no communicator ", key,
+           "; Engine._init_comm (patched by paddle-ext) creates one per group of this rank");
+  return static_cast<phi::distributed::GlooCommContext*>(manager.Get(key));
+}
+phi::DenseTensor* Dense(const paddle::Tensor& t) { return static_cast<phi::DenseTensor*>(t.impl().get()); }
+
+template <typename F>
+void Call(const char* what, const std::string& ring_id, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    PD_THROW("paddle-ext gloo ", what, " on ring ", ring_id, " failed: ", e.what());
+  }
+}
+
+// A send channel: the op enqueues a copy and returns (like NCCL's asynchronous send); one
+// thread per ring performs the blocking gloo sends in order. A rank then only ever waits in a
+// receive, so any job order whose per-channel send and receive orders agree cannot deadlock.
+struct SendQueue {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<paddle::Tensor, int>> items;
+  std::string error;
+};
+
+void Drain(std::string ring_id, SendQueue* q) {
+  for (;;) {
+    std::pair<paddle::Tensor, int> item;
+    {
+      std::unique_lock<std::mutex> lock(q->mu);
+      q->cv.wait(lock, [q] { return !q->items.empty(); });
+      item = q->items.front();
+    }
+    try {
+      Ring(ring_id)->Send(*Dense(item.first), item.second, 0);
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(q->mu);
+      q->error = e.what();
+    }
+    std::lock_guard<std::mutex> lock(q->mu);
+    q->items.pop_front();
+    q->cv.notify_all();
+  }
+}
+
+SendQueue* QueueOf(const std::string& ring_id) {
+  static std::mutex mu;
+  static auto* queues = new std::unordered_map<std::string, SendQueue*>();  // never freed: threads outlive exit
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = queues->find(ring_id);
+  if (it != queues->end()) return it->second;
+  auto* q = new SendQueue();
+  (*queues)[ring_id] = q;
+  std::thread(Drain, ring_id, q).detach();
+  return q;
+}
+}  // namespace
+
+std::vector<paddle::Tensor> Send(const paddle::Tensor& x, const std::string& ring_id, int peer) {
+  SendQueue* q = QueueOf(ring_id);
+  auto copy = x.copy_to(x.place(), true);
+  {
+    std::lock_guard<std::mutex> lock(q->mu);
+    PD_CHECK(q->error.empty(), "paddle-ext gloo send on ring ", ring_id, " failed: ", q->error);
+    q->items.emplace_back(copy, peer);
+  }
+  q->cv.notify_all();
+  return {paddle::full({1}, 0, x.dtype(), x.place())};
+}
+std::vector<paddle::Tensor> Recv(const paddle::Tensor& like, const std::string& ring_id, int peer) {
+  auto out = paddle::empty(like.shape(), like.dtype(), like.place());
+  Call("recv", ring_id, [&] { Ring(ring_id)->Recv(Dense(out), peer, 0); });
+  return {out};
+}
+std::vector<paddle::Tensor> AllReduce(const paddle::Tensor& x, const std::string& ring_id, int reduce_op) {
+  auto out = paddle::empty(x.shape(), x.dtype(), x.place());
+  Call("all_reduce", ring_id, [&] { Ring(ring_id)->AllReduce(Dense(out), *Dense(x), reduce_op, 0); });
+  return {out};
+}
+std::vector<paddle::Tensor> AllGather(const paddle::Tensor& x, const std::string& ring_id, int nranks) {
+  auto shape = x.shape();
+  shape[0] *= nranks;
+  auto out = paddle::empty(shape, x.dtype(), x.place());
+  Call("all_gather", ring_id, [&] { Ring(ring_id)->AllGather(Dense(out), *Dense(x), 0); });
+  return {out};
+}
+std::vector<paddle::Tensor> Broadcast(const paddle::Tensor& x, const std::string& ring_id, int root) {
+  auto out = paddle::empty(x.shape(), x.dtype(), x.place());
+  Call("broadcast", ring_id, [&] { Ring(ring_id)->Broadcast(Dense(out), *Dense(x), root, 0); });
+  return {out};
+}
+
+std::vector<std::vector<int64_t>> SameShape(const std::vector<int64_t>& x) { return {x}; }
+std::vector<std::vector<int64_t>> OneShape(const std::vector<int64_t>& x) { return {{1}}; }
+std::vector<std::vector<int64_t>> GatherShape(const std::vector<int64_t>& x, const std::string& ring_id, int nranks) {
+  auto s = x;
+  if (!s.empty() && s[0] > 0) s[0] *= nranks;
+  return {s};
+}
+std::vector<paddle::DataType> SameType(const paddle::DataType& t) { return {t}; }
+
+#define PE_OP(name, fn, attr, shape)                                              \
+  PD_BUILD_OP(name).Inputs({"X"}).Outputs({"Out"}).Attrs({"ring: std::string", attr})  \
+      .SetKernelFn(PD_KERNEL(fn)).SetInferShapeFn(PD_INFER_SHAPE(shape))          \
+      .SetInferDtypeFn(PD_INFER_DTYPE(SameType))
+PE_OP(pe_gloo_send, Send, "peer: int", OneShape);
+PE_OP(pe_gloo_recv, Recv, "peer: int", SameShape);
+PE_OP(pe_gloo_all_reduce, AllReduce, "reduce_op: int", SameShape);
+PE_OP(pe_gloo_all_gather, AllGather, "nranks: int", GatherShape);
+PE_OP(pe_gloo_broadcast, Broadcast, "root: int", SameShape);
