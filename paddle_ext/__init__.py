@@ -9,6 +9,9 @@ from .placements import (DistSpec, Partial, Replicate, Shard, format_placements,
                          parse_placement, parse_placements)
 
 from . import reshard  # noqa: E402,F401  - callable: paddle_ext.reshard(x, mesh, placements)
+from .compat.spmd_bridge import connect as _connect_paddle_rules
+
+_connect_paddle_rules()   # the pure SPMD registry reaches Paddle's C++ rules through compat (no Paddle imported)
 
 __version__ = "0.1.0"
 

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 
 from ..placements import DistSpec, Partial, Shard, format_placements
 from .opcases import CASES
-from .paddle_bridge import PaddleRule
-from .registry import get_spmd_rule
-from .result import RuleResult
+from .registry import get_spmd_rule, paddle_rules
+from .validator import check_claim, dense_case
 
 
 @dataclass(frozen=True)
@@ -132,23 +131,12 @@ def run_ours(inst: Instance):
     rule = get_spmd_rule(inst.op, "ext")
     if not inst.outs:
         return rule.infer(_structured(inst), _thaw(inst.attrs))
-    from ..compat import spmd as cspmd
-
-    mesh = cspmd.process_mesh(inst.flat()[0].mesh_shape)
-    dts = lambda x: cspmd.dist_tensor_spec(x, mesh)  # noqa: E731
-    attrs = _thaw(inst.attrs)
-    args = [[dts(x) for x in s] if isinstance(s, list) else dts(s) for s in _structured(inst)]
-    outs = [dts(o) for o in inst.outs]
-    args += [outs] if inst.op in LIST_OUTPUT_OPS else outs
-    args += [attrs.get(p.name, p.default) for p in rule.params if p.kind == "attr"]
-    ins, outs = rule.infer_backward(*args)
-    flat_ins = [a for x in ins for a in (x if isinstance(x, list) else [x])]
-    req = tuple(cspmd.spec_from_dist_attr(a, g.shape) for a, g in zip(flat_ins, inst.flat()))
-    return RuleResult(inst.op, req, tuple(cspmd.spec_from_dist_attr(a, o.shape) for a, o in zip(outs, inst.outs)))
+    return paddle_rules().backward_round_trip(rule, _structured(inst), inst.outs, _thaw(inst.attrs),
+                                              outs_as_list=inst.op in LIST_OUTPUT_OPS)
 
 
 def run_paddle(inst: Instance):
-    res = PaddleRule(CASES[inst.op].paddle).infer_positional(_paddle_args(inst), backward=bool(inst.outs))
+    res = paddle_rules().rule(CASES[inst.op].paddle).infer_positional(_paddle_args(inst), backward=bool(inst.outs))
     n_tensor = len(inst.flat())
     return res.inputs[:n_tensor], res.outputs
 
@@ -198,8 +186,6 @@ PADDLE_BACKWARD_IS_GRAD = frozenset({"bmm", "expand", "mean_all"})
 def random_backward_cases(op: str, n: int, seed: int = 0) -> list[Instance]:
     """``n`` seeded backward instances: inputs as :func:`random_cases` (no partial), and random
     requested output specs (shapes from the dense op, placements R/S(d) per mesh dim)."""
-    from .validator import dense_case
-
     rng = random.Random(seed + 7919)
     out = []
     for inst in random_cases(op, n, seed, partial=False):
@@ -221,8 +207,6 @@ def compare_op(op: str, n: int, seed: int = 0, backward: bool = False) -> tuple[
 def ground_truth(d: Disagreement) -> str:
     """'' when paddle-ext's side of ``d`` is right by the dense computation on simulated ranks
     (its required inputs, the op run per rank, its claimed outputs rebuilt), else why not."""
-    from .validator import check_claim
-
     if not d.answer:
         return f"paddle-ext raised ({d.ours}) where Paddle answered {d.paddle}"
     required, outs = d.answer

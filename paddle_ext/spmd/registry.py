@@ -18,6 +18,10 @@ the docstring states the rule in notation.
 
 ``get`` falls back to Paddle's C++ rule when paddle-ext has none, so callers use one registry;
 a miss lists the close names. Registries are plain dicts (``reg.rules``) tests can inspect.
+
+Paddle comes in through one port, :class:`PaddleRules` (Paddle's C++ rules and its calling
+convention), which :mod:`paddle_ext.compat.spmd_bridge` connects when ``paddle_ext`` is imported:
+this module imports neither Paddle nor compat.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ import operator
 import inspect
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from ..errors import ShardingRuleError
 from ..placements import DistSpec
@@ -142,11 +146,45 @@ def signature_of(op: str, fn: Callable) -> tuple[Param, ...]:
     return tuple(params)
 
 
+# -- the port to Paddle -------------------------------------------------------------------------
+class PaddleRules(Protocol):
+    """What the registry needs from Paddle (served by :mod:`paddle_ext.compat.spmd_bridge`)."""
+
+    def has_rule(self, op: str) -> bool:
+        """True when Paddle's C++ registry has a rule ``op`` (False without Paddle)."""
+
+    def rule(self, op: str):
+        """Paddle's C++ rule ``op`` as an object with ``infer_forward``/``infer_backward``/``infer_positional``."""
+
+    def forward(self, rule: "SpmdRule", args: Sequence):
+        """``rule``'s forward inference in Paddle's calling convention (DistTensorSpec in, TensorDistAttr out)."""
+
+    def backward(self, rule: "SpmdRule", args: Sequence):
+        """``rule``'s reverse inference in Paddle's calling convention."""
+
+    def backward_round_trip(self, rule: "SpmdRule", specs: Sequence, outs: Sequence[DistSpec], attrs: dict,
+                            outs_as_list: bool = False) -> RuleResult:
+        """``rule``'s reverse inference from :class:`DistSpec` through Paddle's convention and back."""
+
+
+def connect_paddle_rules(paddle: PaddleRules) -> None:
+    """Give every registry Paddle's C++ rules as the fallback, and :class:`SpmdRule` Paddle's calling convention."""
+    Registry.paddle = paddle
+
+
+def paddle_rules() -> PaddleRules:
+    """The connected :class:`PaddleRules` (``import paddle_ext`` connects it)."""
+    if Registry.paddle is None:
+        raise ShardingRuleError("Paddle's SPMD rules are not connected to paddle-ext's registry; import paddle_ext "
+                                "(it connects paddle_ext.compat.spmd_bridge)")
+    return Registry.paddle
+
+
 # -- the rule object ----------------------------------------------------------------------------
 class SpmdRule:
     """A registered paddle-ext rule: pure API (:meth:`infer`, :meth:`infer_reverse`,
     :meth:`infer_grad`) and Paddle's calling convention (:meth:`infer_forward`,
-    :meth:`infer_backward`, via :mod:`paddle_ext.spmd.paddle_bridge`)."""
+    :meth:`infer_backward`, through the :class:`PaddleRules` port)."""
 
     source = "ext"
 
@@ -336,18 +374,16 @@ class SpmdRule:
 
     # -- Paddle's calling convention -------------------------------------------------------------
     def infer_forward(self, *args):
-        from .paddle_bridge import paddle_forward
-
-        return paddle_forward(self, args)
+        return paddle_rules().forward(self, args)
 
     def infer_backward(self, *args):
-        from .paddle_bridge import paddle_backward
-
-        return paddle_backward(self, args)
+        return paddle_rules().backward(self, args)
 
 
 class Registry:
     """Plain dict of op name -> :class:`SpmdRule`, with Paddle's C++ rules as the fallback."""
+
+    paddle: PaddleRules | None = None   # Paddle's C++ rules, shared by every registry once connected
 
     def __init__(self):
         self.rules: dict[str, SpmdRule] = {}
@@ -375,11 +411,8 @@ class Registry:
                                     f"{', '.join(_SOURCES)} ('auto': paddle-ext's rule, else Paddle's C++ rule)")
         if source in ("auto", "ext") and op in self.rules:
             return self.rules[op]
-        if source in ("auto", "paddle"):
-            from .paddle_bridge import PaddleRule, paddle_has_rule
-
-            if paddle_has_rule(op):
-                return PaddleRule(op)
+        if source in ("auto", "paddle") and self.paddle is not None and self.paddle.has_rule(op):
+            return self.paddle.rule(op)
         names = list(self.rules)
         close = difflib.get_close_matches(op, names, n=5, cutoff=0.6)
         hint = f"; close names: {', '.join(close)}" if close else ""
@@ -445,5 +478,5 @@ def infer_grad(op: str, specs: Sequence, out_grads: Sequence[DistSpec],
     return get_spmd_rule(op, "ext").infer_grad(specs, out_grads, attrs)
 
 
-__all__ = ["Param", "REGISTRY", "Registry", "Rows", "SpmdRule", "View", "get_spmd_rule", "infer_backward",
-           "infer_forward", "infer_grad", "load_builtin_rules", "register_spmd_rule"]
+__all__ = ["Param", "PaddleRules", "REGISTRY", "Registry", "Rows", "SpmdRule", "View", "get_spmd_rule", "infer_backward",
+           "infer_forward", "infer_grad", "connect_paddle_rules", "load_builtin_rules", "paddle_rules", "register_spmd_rule"]

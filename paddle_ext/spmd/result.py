@@ -117,4 +117,11 @@ def spec_from_mapping(shape, mesh_shape, mapping, partial: dict | None = None) -
     return DistSpec(shape, mesh_shape, pls)
 
 
-__all__ = ["Reshard", "RuleResult", "make_result", "spec_from_mapping", "transition", "transition_cost"]
+def with_shapes(res: RuleResult, out_shapes) -> RuleResult:
+    """``res`` with its output specs given real shapes (Paddle's rules answer outputs without one)."""
+    outs = tuple(DistSpec(tuple(sh), o.mesh_shape, o.placements) for o, sh in zip(res.outputs, out_shapes))
+    return make_result(res.op, res.given, res.inputs, outs, res.rule)
+
+
+__all__ = ["Reshard", "RuleResult", "make_result", "spec_from_mapping", "transition", "transition_cost",
+           "with_shapes"]

@@ -28,6 +28,8 @@ import numpy as np
 from ..placements import REDUCE_OPS, DistSpec, Partial, Replicate, Shard, format_placements
 from ..simulated_ranks import AssembleError, assemble, shard_dense
 from .opcases import CASES, OpCase
+from .registry import get_spmd_rule, paddle_rules
+from .result import with_shapes
 
 MESH = (2,)
 
@@ -145,13 +147,9 @@ def _shard_all(dense_inputs, specs, seed):
 def _claim(op, source, structured, attrs, case: OpCase, out_shapes):
     """(required input specs, output specs, rule text) from our rule or Paddle's."""
     if source == "ext":
-        from .registry import get_spmd_rule
-
         res = get_spmd_rule(op, "ext").infer(structured, attrs)
         return list(res.inputs), list(res.outputs), res.rule
-    from .paddle_bridge import PaddleRule, with_shapes
-
-    res = PaddleRule(case.paddle).infer_positional(case.paddle_args(structured, attrs))
+    res = paddle_rules().rule(case.paddle).infer_positional(case.paddle_args(structured, attrs))
     res = with_shapes(res, out_shapes)
     return list(res.inputs), list(res.outputs), f"Paddle C++ rule {case.paddle}"
 

@@ -30,6 +30,7 @@ def main(payload_path: str) -> int:
     rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
     with open(os.path.join(payload["results"], f"rank.{rank}.pid"), "w") as f:
         f.write(str(os.getpid()))
+    # paddle_ext.breadcrumbs.ACTION_FILE_ENV, spelled out: the rank imports nothing before its target does
     os.environ["PADDLE_EXT_ACTION_FILE"] = os.path.join(payload["results"], f"rank.{rank}.action")
     try:
         target = importlib.import_module(payload["module"])

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import HarnessError
-from .actions import last_action
+from ..breadcrumbs import last_action
 
 WORKER = Path(__file__).with_name("_worker.py")
 TAG_ENV = "PADDLE_EXT_HARNESS_TAG"

@@ -35,9 +35,10 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence
 
+from paddle_ext.breadcrumbs import record_action, recording
 from paddle_ext.errors import ScheduleError
+
 from ..schedule_ir import Action, Kind, format_grid
-from paddle_ext.testing.actions import record_action, recording
 
 from .p2p import ensure_pair_groups
 from .split_backward import get_split_strategy

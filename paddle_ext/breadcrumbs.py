@@ -1,8 +1,10 @@
 """Breadcrumbs: what a rank is doing now, so a failed or hung run can say where each rank was.
 
 Code that runs on ranks calls :func:`record_action` before a step that may block (a collective,
-a pipeline send); the harness (:func:`paddle_ext.testing.run_ranks`) gives each rank a file for
-it and prints every failing rank's last action. Outside the harness the call does nothing.
+a pipeline send); a launcher (the test harness :func:`paddle_ext.testing.run_ranks`) gives each
+rank a file for it in ``PADDLE_EXT_ACTION_FILE`` and prints every failing rank's last action.
+Without that variable the call does nothing. A library module (the pipeline runtime writes
+breadcrumbs), so production code never imports the test harness.
 
 >>> record_action("step 3: all_reduce of grads")   # no harness here: nothing is written
 """
@@ -30,6 +32,7 @@ def record_action(text: str) -> None:
 
 
 def last_action(path: str) -> str | None:
+    """The last note written to ``path`` (None when the rank never wrote one)."""
     try:
         with open(path) as f:
             return f.read()

@@ -1,4 +1,4 @@
-"""Paddle's calling convention for paddle-ext rules, and Paddle's C++ rules as paddle-ext rules.
+"""The SPMD bridge: Paddle's calling convention for paddle-ext rules, Paddle's C++ rules as paddle-ext rules.
 
 * :func:`paddle_forward` / :func:`paddle_backward` let a paddle-ext :class:`SpmdRule` be called
   like ``core.get_phi_spmd_rule(op)``: tensors as ``DistTensorSpec`` (or :class:`DistSpec`),
@@ -7,17 +7,22 @@
 * :class:`PaddleRule` wraps a C++ rule so the same callers (validator, differential tests,
   ``paddle-ext rules explain --source paddle``) get a :class:`RuleResult` from it.
 
+* :data:`PADDLE_RULES` is what the pure registry asks for both (its ``PaddleRules`` port):
+  :func:`connect` plugs it into :mod:`paddle_ext.spmd.registry`, and ``import paddle_ext`` calls
+  :func:`connect`, so the pure engine never imports Paddle or compat.
+
 Everything Paddle-internal goes through :mod:`paddle_ext.compat.spmd`.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-from ..compat import spmd as cspmd
 from ..errors import ShardingRuleError
 from ..placements import DistSpec
-from .notation import UNKNOWN_SIZE
-from .result import RuleResult, make_result
+from ..spmd.notation import UNKNOWN_SIZE
+from ..spmd.registry import connect_paddle_rules
+from ..spmd.result import RuleResult
+from . import spmd as cspmd
 
 
 def paddle_has_rule(op: str) -> bool:
@@ -199,10 +204,42 @@ def _raw_out(attr):
     return cspmd.spec_from_dist_attr(attr, (1,) * rank)
 
 
-def with_shapes(res: RuleResult, out_shapes: Sequence[Sequence[int]]) -> RuleResult:
-    """``res`` with its output specs given real shapes (for :class:`PaddleRule` answers)."""
-    outs = tuple(DistSpec(tuple(sh), o.mesh_shape, o.placements) for o, sh in zip(res.outputs, out_shapes))
-    return make_result(res.op, res.given, res.inputs, outs, res.rule)
+def backward_round_trip(rule, specs: Sequence, outs: Sequence[DistSpec], attrs: dict,
+                        outs_as_list: bool = False) -> RuleResult:
+    """``rule``'s reverse inference as a caller of ``infer_backward`` sees it: ``specs`` (one
+    entry per tensor parameter, a list for a tensor list) and ``outs`` as ``DistTensorSpec``,
+    the answer's ``TensorDistAttr`` read back as :class:`DistSpec` (what Paddle's binding
+    cannot carry, e.g. ``P(max)``, raises as it would for that caller)."""
+    flat = [x for s in specs for x in (s if isinstance(s, (list, tuple)) else [s])]
+    mesh = cspmd.process_mesh(flat[0].mesh_shape)
+    dts = lambda x: cspmd.dist_tensor_spec(x, mesh)  # noqa: E731
+    args = [[dts(x) for x in s] if isinstance(s, (list, tuple)) else dts(s) for s in specs]
+    out_dts = [dts(o) for o in outs]
+    args += [out_dts] if outs_as_list else out_dts
+    args += [attrs.get(p.name, p.default) for p in rule.params if p.kind == "attr"]
+    ins, got = rule.infer_backward(*args)
+    flat_ins = [a for x in ins for a in (x if isinstance(x, list) else [x])]
+    req = tuple(cspmd.spec_from_dist_attr(a, g.shape) for a, g in zip(flat_ins, flat))
+    return RuleResult(rule.op, req, tuple(cspmd.spec_from_dist_attr(a, o.shape) for a, o in zip(got, outs)))
 
 
-__all__ = ["PaddleRule", "paddle_backward", "paddle_forward", "paddle_has_rule", "with_shapes"]
+class _PaddleRules:
+    """The registry's ``PaddleRules`` port, served by this module (see :mod:`paddle_ext.spmd.registry`)."""
+
+    has_rule = staticmethod(paddle_has_rule)
+    rule = staticmethod(PaddleRule)
+    forward = staticmethod(paddle_forward)
+    backward = staticmethod(paddle_backward)
+    backward_round_trip = staticmethod(backward_round_trip)
+
+
+PADDLE_RULES = _PaddleRules()
+
+
+def connect() -> None:
+    """Plug Paddle's rules and calling convention into paddle-ext's registries (idempotent; imports no Paddle)."""
+    connect_paddle_rules(PADDLE_RULES)
+
+
+__all__ = ["PADDLE_RULES", "PaddleRule", "backward_round_trip", "connect", "paddle_backward", "paddle_forward",
+           "paddle_has_rule"]
