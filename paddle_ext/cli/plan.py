@@ -1,0 +1,138 @@
+"""``paddle-ext plan``: rank the parallel plans of a model on N ranks by predicted step time.
+
+Order of work: read the memory limit, describe the model, enumerate the plans (a rank count with
+no factorisation fails here), load or measure the profile, check it covers every plan, predict,
+prune by memory, rank; then ``--run K`` launches the K best plans the demo's runner can run and
+fills in the measured step time and peak memory. Every bad input fails before the search and
+before any launch. ``--json`` prints ``{"candidates", "search_s", "plans": [...]}``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from .profile import _lock, add_model_arguments
+
+DEFAULT_TOP = 10
+
+
+def _fmt_s(s) -> str:
+    return "-" if s is None else f"{s * 1e3:.1f} ms"
+
+
+def _table(plans: list, show: int) -> str:
+    from ..plan.memory import format_bytes
+
+    lines = [f"{'#':>3}  {'plan':<26} {'pred step':>10} {'meas step':>10} {'pred peak':>10} {'meas peak':>10}  "
+             f"top contributions"]
+    for i, p in enumerate(plans[:show], 1):
+        top = ", ".join(f"{t['part']} {t['fraction']:.0%}" for t in p["top"])
+        meas_peak = "-" if p["measured_peak_bytes"] is None else format_bytes(p["measured_peak_bytes"])
+        lines.append(f"{i:>3}  {p['name']:<26} {_fmt_s(p['predicted_step_s']):>10} {_fmt_s(p['measured_step_s']):>10} "
+                     f"{format_bytes(p['predicted_peak_bytes']):>10} {meas_peak:>10}  {top}")
+    return "\n".join(lines)
+
+
+def _profile(args, model, out: Path):
+    from ..plan.profile_data import Profile
+
+    if args.profile:
+        return Profile.load(args.profile)
+    from ..plan.candidates import enumerate_candidates
+    from ..plan.profile import build_profile
+    from ..plan.search import requirements
+
+    cands = enumerate_candidates(len(model.layers), model.heads, model.hidden, model.ffn, model.seq,
+                                 args.batch or max(8, 2 * args.nproc), args.nproc)
+    print(f"paddle-ext plan: no --profile: measuring one on {args.nproc} ranks -> {out}/profile.json",
+          file=sys.stderr)
+    with _lock(args.lock):
+        data = build_profile(requirements(model, cands, args.nproc)[0], args.nproc, timeout=args.timeout)
+    (out / "profile.json").write_text(json.dumps(data, indent=1))
+    return Profile.from_json(data, str(out / "profile.json"))
+
+
+def _run_plans(args, model, result, doc: dict) -> None:
+    from ..plan.compare import summary
+    from ..plan.runner import run_candidate, runnable
+
+    by_name = {p.candidate.name: p.candidate for p in result.plans}
+    chosen, skipped = [], {}
+    for entry in doc["plans"]:
+        why = runnable(by_name[entry["name"]], len(model.layers))
+        if why:
+            skipped[entry["name"]] = why
+        elif len(chosen) < args.run:
+            chosen.append(entry)
+    for n, entry in enumerate(chosen, 1):
+        print(f"paddle-ext plan: running {n}/{len(chosen)}: {entry['name']}", file=sys.stderr)
+        measured = run_candidate(by_name[entry["name"]], model.config, steps=args.steps, timeout=args.timeout,
+                                 lock=args.lock)
+        entry.update(measured)
+    doc["run"] = summary(doc["plans"])
+    doc["run"]["load_average"] = list(os.getloadavg())
+    if skipped:
+        doc["run"]["not_runnable_by_the_demo_runner"] = skipped
+
+
+def run(args) -> int:
+    from ..plan.candidates import enumerate_candidates
+    from ..plan.describe import check_model_name, describe_model
+    from ..plan.memory import parse_memory
+    from ..plan.search import search, to_json
+
+    limit = parse_memory(args.memory_limit) if args.memory_limit is not None else None
+    check_model_name(args.model)
+    model = describe_model(args.model, layers=args.layers, hidden=args.hidden, heads=args.heads, seq=args.seq,
+                           vocab=args.vocab, ffn=args.ffn)
+    batch = args.batch or max(8, 2 * args.nproc) if isinstance(args.nproc, int) else None
+    enumerate_candidates(len(model.layers), model.heads, model.hidden, model.ffn, model.seq, batch, args.nproc)
+    if args.run and args.model != "demo":
+        from ..errors import PaddleExtError
+
+        raise PaddleExtError(f"--run launches plans through the demo's runner, which trains the demo GPT only; "
+                             f"drop --run for {args.model} (its predictions need no launch)")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    profile = _profile(args, model, out)
+    result = search(model, profile, args.nproc, limit, nodes=args.nodes, batch=batch)
+    top = max(args.top, args.run * 3) if args.run else args.top
+    doc = to_json(result, top if not args.json else max(top, 20))
+    doc["model"] = {k: v for k, v in model.to_json().items() if k != "layers"}
+    doc["profile"] = profile.data.get("source")
+    if args.run:
+        _run_plans(args, model, result, doc)
+    (out / "plan.json").write_text(json.dumps(doc, indent=1))
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    print(f"paddle-ext plan: {model.name} ({model.n_layers} layers, hidden {model.hidden}) on {args.nproc} ranks: "
+          f"{doc['candidates']} candidate plans in {doc['search_s']:.2f} s, {doc['feasible']} within the memory limit")
+    shown = [p for p in doc["plans"] if p["measured_step_s"] is not None] if args.run else doc["plans"]
+    print(_table(shown, args.top if not args.run else len(shown)))
+    if args.run:
+        r = doc["run"]
+        rho = r.get("spearman_step")
+        print(f"\nran {r.get('run', 0)} plans: Spearman rank correlation of step times "
+              f"{'n/a' if rho is None else f'{rho:.2f}'}; fastest predicted {r.get('fastest_predicted')} measures "
+              f"{r.get('fastest_predicted_vs_fastest_measured', 0):+.0%} vs the fastest measured "
+              f"{r.get('fastest_measured')}; largest memory error {r.get('max_abs_memory_error', 0):.0%}")
+    print(f"\nfull result in {out}/plan.json")
+    return 0
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("plan", help="rank parallel plans by predicted step time and memory; --run proves them")
+    add_model_arguments(parser)
+    parser.add_argument("--profile", default=None, help="cost profile JSON (default: measure one now)")
+    parser.add_argument("--memory-limit", default=None, help="memory per rank, e.g. 2GiB (default: no limit)")
+    parser.add_argument("--nodes", type=int, default=1, help="nodes the ranks span (groups across nodes use the "
+                                                             "profile's inter_node figures)")
+    parser.add_argument("--top", type=int, default=DEFAULT_TOP, help=f"plans shown (default {DEFAULT_TOP})")
+    parser.add_argument("--run", type=int, default=0, metavar="K", help="run the K best plans the demo runner can run")
+    parser.add_argument("--steps", type=int, default=6, help="training steps per run plan (default 6)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--out", default="plan_out", help="directory for plan.json and a measured profile")
+    parser.set_defaults(func=run)

@@ -1,0 +1,137 @@
+"""Predicted step time and peak memory per rank of one plan (pure: no Paddle).
+
+``step = pipeline + max over pipeline ranks (data-parallel sync + optimizer) + loss sync``:
+
+* **pipeline**: without pipelining, one microbatch's F + I + W of the single stage
+  (:mod:`.stage_cost`); with it, the makespan of the schedule simulated
+  (:func:`paddle_ext.passes.simulate_schedule`) with each stage's F/I/W and a point-to-point
+  latency for the ``[b, seq, hidden]`` activation (``/ tp`` with sequence parallelism) between
+  stages. The "pipeline bubble" is the makespan minus the busiest rank's compute.
+* **data-parallel sync** per parameter tensor of the rank, on the ``dp`` group, bytes from the
+  reshard planner: ZeRO 0 an all-reduce (P -> R); ZeRO 1 and 2 a reduce-scatter of the gradient
+  (P -> S(0)) and an all-gather of the updated parameter (S(0) -> R); ZeRO 3 the reduce-scatter
+  and an all-gather of the parameter before each forward and each backward of each microbatch.
+* **optimizer**: the profile's AdamW line over the rank's tensors and (ZeRO 1+: sharded) elements.
+* **loss sync**: one 4-byte all-reduce over all ranks (the runner's global loss).
+
+Memory: :mod:`.memory` with the simulator's peak live activation bytes per rank.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Dict, List, Tuple
+
+from ..passes.schedules import generate_schedule
+from ..passes.simulate import simulate_schedule
+from .candidates import Candidate
+from .memory import local_param_shape, rank_memory
+from .model_desc import ModelDesc
+from .profile_data import Profile
+from .stage_cost import CommCost, StageCost, reshard_bytes, stage_costs, stage_layers
+
+
+@dataclass
+class Prediction:
+    candidate: Candidate
+    step_s: float
+    parts: Dict[str, float]
+    peak_bytes: float
+    memory: Dict[str, float] = field(default_factory=dict)
+
+    def top(self, k: int = 3) -> List[Tuple[str, float]]:
+        """The ``k`` largest contributions as ``(cause, fraction of the step)``."""
+        ranked = sorted(self.parts.items(), key=lambda kv: -kv[1])[:k]
+        return [(name, value / self.step_s if self.step_s else 0.0) for name, value in ranked]
+
+
+@lru_cache(maxsize=512)
+def _schedule(name: str, pp: int, m: int, v: int):
+    sched = generate_schedule(name, pp, m, v)
+    stages = {r: sorted({a[0] for a in acts if a is not None}) for r, acts in sched.items()}
+    return sched, stages
+
+
+@lru_cache(maxsize=8192)
+def _simulate(name: str, pp: int, m: int, v: int, costs: tuple, act: tuple, latency: float):
+    sched, _ = _schedule(name, pp, m, v)
+    r = simulate_schedule(sched, {"F": 0.0, "I": 0.0, "W": 0.0}, comm_latency=latency,
+                          activation_bytes=dict(enumerate(act)),
+                          stage_costs={s: {"F": f, "I": i, "W": w} for s, (f, i, w) in enumerate(costs)})
+    return r.makespan, tuple(r.busy), tuple(r.peak_activation_bytes), tuple(r.ranks)
+
+
+def _dp_sync(layers, c: Candidate, comm: CommCost, itemsize: int) -> Dict[str, float]:
+    parts: Dict[str, float] = {}
+    if c.dp <= 1:
+        return parts
+
+    def add(name, kind, nbytes, times=1):
+        parts[name] = parts.get(name, 0.0) + times * comm.time(kind, c.dp, nbytes, "dp")
+
+    for layer in layers:
+        for p in layer.params:
+            shape = local_param_shape(p, c.tp)
+            if c.zero == 0:
+                add("dp all-reduce", "all_reduce", reshard_bytes(shape, c.dp, "[P]", "[R]", itemsize))
+                continue
+            add("zero reduce-scatter", "reduce_scatter", reshard_bytes(shape, c.dp, "[P]", "[S(0)]", itemsize))
+            gathers = 2 * c.microbatches if c.zero == 3 else 1
+            add("zero all-gather", "all_gather", reshard_bytes(shape, c.dp, "[S(0)]", "[R]", itemsize), gathers)
+    return parts
+
+
+def _optimizer(layers, c: Candidate, profile: Profile) -> float:
+    tensors = sum(len(layer.params) for layer in layers)
+    elems = sum(p.numel // (c.tp if p.role in ("column", "row") else 1) for layer in layers for p in layer.params)
+    return profile.optimizer(tensors, elems // (c.dp if c.zero >= 1 else 1))
+
+
+def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: int = 0) -> Prediction:
+    """Step time, its parts and the peak memory per rank of plan ``c`` (see the module docstring)."""
+    comm = CommCost(profile, c, ranks_per_node or c.world)
+    stages: List[StageCost] = stage_costs(model, c, profile, comm)
+    by_stage = stage_layers(model, c.n_stages)
+    itemsize = model.dtype_bytes
+    parts: Dict[str, float] = {}
+    if c.pp == 1:
+        pipeline = stages[0].total
+        parts.update(stages[0].parts)
+        rank_stages, act_peaks = [[0]], [stages[0].activation_bytes]
+    else:
+        samples = c.microbatch_samples
+        msg = samples * model.seq * model.hidden * itemsize / (c.tp if c.sp else 1)
+        latency = comm.time("p2p", 2, msg, "pp")
+        costs = tuple((round(s.forward, 12), round(s.backward_input, 12), round(s.backward_weight, 12)) for s in stages)
+        act = tuple(float(s.activation_bytes) for s in stages)
+        makespan, busy, peaks, ranks = _simulate(c.schedule, c.pp, c.microbatches, c.chunks, costs, act, latency)
+        _, on_rank = _schedule(c.schedule, c.pp, c.microbatches, c.chunks)
+        rank_stages = [on_rank[r] for r in ranks]
+        act_peaks = list(peaks)
+        busiest = max(range(len(busy)), key=lambda i: busy[i])
+        for s in rank_stages[busiest]:
+            for name, value in stages[s].parts.items():
+                parts[name] = parts.get(name, 0.0) + value * c.microbatches
+        parts["pipeline bubble"] = makespan - busy[busiest]
+        pipeline = makespan
+    tail, memory, peak, rank_tail = -1.0, {}, -1.0, {}
+    comm_max = max(s.comm_max_bytes for s in stages)
+    for stage_ids, act_peak in zip(rank_stages, act_peaks):
+        layers = [layer for s in stage_ids for layer in by_stage[s]]
+        sync = _dp_sync(layers, c, comm, itemsize)
+        opt = _optimizer(layers, c, profile)
+        if sum(sync.values()) + opt > tail:
+            tail = sum(sync.values()) + opt
+            rank_tail = dict(sync, optimizer=opt)
+        biggest = max((p.numel for layer in layers for p in layer.params), default=0) * itemsize
+        mem = rank_memory(layers, c, itemsize, act_peak, max(comm_max, biggest if c.dp > 1 else 0),
+                          profile.process_base_bytes())
+        if sum(mem.values()) > peak:
+            peak, memory = sum(mem.values()), mem
+    parts.update(rank_tail)
+    parts["loss sync"] = comm.time("all_reduce", c.world, 4, "world")
+    step = pipeline + tail + parts["loss sync"]
+    return Prediction(c, step, {k: v for k, v in parts.items() if v > 0}, peak, memory)
+
+
+__all__ = ["Prediction", "predict"]

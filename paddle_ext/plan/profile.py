@@ -1,0 +1,192 @@
+"""Measure a cost profile on this machine (an adapter: imports Paddle, launches ranks).
+
+* In this process, dense: every matmul shape the candidate plans of the model run (forward,
+  backward for the input, backward for the weight), and the elementwise line (a multiply at
+  four sizes, forward and backward, fitted to ``alpha + s_per_elem * numel``).
+* On ``nproc`` ranks (:func:`paddle_ext.testing.run_ranks`, gloo on CPU): the extra time of an
+  op call on distributed tensors (with ``paddle_ext.install()`` and ``enable()``, as the demo
+  runs), each collective kind per group size as ``dist.reshard`` runs it on a ``[N/g, g]`` mesh
+  (all ranks busy at once, as in a plan), point-to-point send/recv, one AdamW step over
+  distributed parameters, and the rank's memory after all that (the process base).
+
+Each collective is timed at three sizes and fitted against the reshard planner's bytes for that
+transition, so ``alpha + s_per_byte * planner bytes`` is what the step model reads back.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+
+from .profile_data import fit_line, gemm_key
+from .stage_cost import reshard_bytes
+
+COLLECTIVE_SIZES = (256, 16384, 131072)       # float32 elements
+ELEMENTWISE_SIZES = (256, 4096, 65536, 262144)
+TRANSITIONS = {"all_reduce": ("[P]", "[R]"), "all_gather": ("[S(0)]", "[R]"), "reduce_scatter": ("[P]", "[S(0)]")}
+
+
+def _timed(fn, repeats: int) -> float:
+    """Median seconds of ``fn()`` over ``repeats`` runs after one warm-up."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def measure_matmuls(gemms, repeats: int = 15) -> dict:
+    """``{"BxMxKxN": {"fwd", "bwd_input", "bwd_weight"}}`` seconds, dense, in this process."""
+    import paddle
+
+    out = {}
+    for b, m, k, n in gemms:
+        lead = [b] if b > 1 else []
+        x, w = paddle.rand(lead + [m, k]), paddle.rand(lead + [k, n])
+        dy = paddle.rand(lead + [m, n])
+        out[gemm_key((b, m, k, n))] = {
+            "fwd": _timed(lambda: paddle.matmul(x, w), repeats),
+            "bwd_input": _timed(lambda: paddle.matmul(dy, w, transpose_y=True), repeats),
+            "bwd_weight": _timed(lambda: paddle.matmul(x, dy, transpose_x=True), repeats)}
+    return out
+
+
+def measure_elementwise(repeats: int = 15) -> dict:
+    """The elementwise line, forward and backward, from a multiply at several sizes."""
+    import paddle
+
+    fwd, bwd = [], []
+    for n in ELEMENTWISE_SIZES:
+        x, y = paddle.rand([n]), paddle.rand([n])
+        x.stop_gradient = False
+        g = paddle.ones([n])
+        f = _timed(lambda: x * y, repeats)
+
+        def both():
+            (x * y).backward(g)
+
+        fwd.append((n, f))
+        bwd.append((n, max(_timed(both, repeats) - f, 0.0)))
+    (fa, fr), (ba, br) = fit_line(fwd), fit_line(bwd)
+    return {"fwd": {"alpha_s": fa, "s_per_elem": fr}, "bwd": {"alpha_s": ba, "s_per_elem": br}}
+
+
+def _barrier():
+    import paddle.distributed as dist
+
+    dist.barrier()
+
+
+def _timed_collective(fn, repeats: int) -> float:
+    times = []
+    fn()
+    for _ in range(repeats):
+        _barrier()
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def profile_rank(repeats: int = 7) -> dict:
+    """Run on every rank: dispatch overhead, collectives, p2p, optimizer, process memory."""
+    import resource
+
+    import numpy as np
+    import paddle
+    import paddle.distributed as dist
+
+    import paddle_ext
+
+    dist.init_parallel_env()
+    paddle_ext.install()
+    paddle_ext.enable()
+    world, rank = dist.get_world_size(), dist.get_rank()
+    mesh = dist.ProcessMesh(list(range(world)), dim_names=["x"])
+    a, b = paddle.rand([8, 8]), paddle.rand([8, 8])
+    da, db = (dist.shard_tensor(t, mesh, [dist.Replicate()]) for t in (a, b))
+    dense = _timed(lambda: paddle.add(a, b), 50)
+    dist_op = max(_timed(lambda: paddle.add(da, db), 50) - dense, 0.0)
+    out = {"rank": rank, "dist_op_s": dist_op, "collectives": {}}
+    for g in [g for g in range(2, world + 1) if world % g == 0]:
+        mesh2 = dist.ProcessMesh(np.arange(world).reshape(world // g, g).tolist(), dim_names=["o", "g"])
+        for kind, (src, dst) in TRANSITIONS.items():
+            pts = []
+            for n in COLLECTIVE_SIZES:
+                place = {"[P]": dist.Partial(), "[R]": dist.Replicate(), "[S(0)]": dist.Shard(0)}
+                x = dist.shard_tensor(paddle.rand([n]), mesh2, [dist.Replicate(), place[src]])
+                t = _timed_collective(lambda: dist.reshard(x, mesh2, [dist.Replicate(), place[dst]]), repeats)
+                pts.append((reshard_bytes((n,), g, src, dst), t))
+            alpha, beta = fit_line(pts)
+            out["collectives"].setdefault(kind, {})[str(g)] = {"alpha_s": alpha, "s_per_byte": beta}
+    pts = []
+    peer = rank ^ 1
+    for n in COLLECTIVE_SIZES:
+        buf = paddle.rand([n])
+        if peer < world:
+            def exchange():
+                if rank % 2 == 0:
+                    dist.send(buf, peer)
+                else:
+                    dist.recv(buf, peer)
+            pts.append((n * 4, _timed_collective(exchange, repeats)))
+        else:
+            for _ in range(repeats):
+                _barrier()
+    alpha, beta = fit_line(pts)
+    out["collectives"]["p2p"] = {"2": {"alpha_s": alpha, "s_per_byte": beta}}
+    out["optimizer"] = _optimizer_line(mesh, repeats)
+    out["process_base_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return out
+
+
+def _optimizer_line(mesh, repeats: int) -> dict:
+    """AdamW over distributed replicated parameters: many small tensors, then a few large ones."""
+    import paddle
+    import paddle.distributed as dist
+
+    def step_time(count: int, numel: int) -> float:
+        params = [dist.shard_tensor(paddle.create_parameter([numel], "float32"), mesh, [dist.Replicate()])
+                  for _ in range(count)]
+        opt = dist.shard_optimizer(paddle.optimizer.AdamW(1e-3, parameters=params))
+        sum(paddle.sum(p * p) for p in params).backward()
+        return _timed(opt.step, repeats)
+
+    small, large = step_time(32, 64), step_time(4, 65536)
+    per_tensor = small / 32
+    per_elem = max(large - 4 * per_tensor, 0.0) / (4 * 65536)
+    return {"alpha_s_per_tensor": per_tensor, "s_per_elem": per_elem}
+
+
+def build_profile(gemms, nproc: int, timeout: float = 600.0, log_dir=None) -> dict:
+    """Measure everything on this machine: the matmul ``gemms`` here, the rest on ``nproc`` ranks."""
+    from ..testing import run_ranks
+
+    load_before = os.getloadavg()
+    elementwise = measure_elementwise()
+    matmuls = measure_matmuls(gemms)
+    ranks = run_ranks(profile_rank, nproc=nproc, timeout=timeout, log_dir=log_dir)
+    med = statistics.median
+    collectives = {}
+    for kind, by_group in ranks[0]["collectives"].items():
+        collectives[kind] = {g: {"alpha_s": med(r["collectives"][kind][g]["alpha_s"] for r in ranks),
+                                 "s_per_byte": med(r["collectives"][kind][g]["s_per_byte"] for r in ranks)}
+                             for g in by_group}
+    return {
+        "source": f"measured by paddle-ext profile on {platform.node()} ({platform.machine()}, "
+                  f"{os.cpu_count()} CPUs), {nproc} CPU ranks on gloo, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+                  f"load average {load_before[0]:.2f} before",
+        "backend": "gloo", "device": "cpu", "dtype_bytes": 4, "nproc": nproc,
+        "matmul": {"shapes": matmuls},
+        "elementwise": elementwise,
+        "dispatch": {"dist_op_s": med(r["dist_op_s"] for r in ranks)},
+        "optimizer": {k: med(r["optimizer"][k] for r in ranks) for k in ("alpha_s_per_tensor", "s_per_elem")},
+        "collectives": collectives,
+        "memory": {"process_base_bytes": max(r["process_base_bytes"] for r in ranks)},
+    }
+
+
+__all__ = ["build_profile", "measure_matmuls", "measure_elementwise", "profile_rank"]

@@ -1,0 +1,60 @@
+"""Prove predictions by running: a plan through the demo's runner on CPU ranks (an adapter).
+
+Each plan runs :func:`paddle_ext.demo.train.train_rank` (the runner ``paddle-ext demo`` uses)
+through :func:`paddle_ext.testing.run_ranks` with the described model's sizes, the plan's batch,
+schedule and microbatches. The step time is the median of rank 0's step-to-step times after
+``warmup`` steps (from the runner's progress records); the peak memory is the largest per-rank
+peak the runner reports (``ru_maxrss`` on CPU, the allocator's peak on GPU).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+from .candidates import Candidate
+
+WARMUP = 2
+
+
+def runnable(c: Candidate, n_layers: int) -> str:
+    """Why the demo's runner cannot run ``c`` ("" when it can)."""
+    if c.pp > 1 and c.zero:
+        return "the demo runs ZeRO only without pipelining"
+    if c.n_stages > n_layers:
+        return f"{c.n_stages} stages for {n_layers} pieces"
+    return ""
+
+
+def run_candidate(c: Candidate, model_config: dict, steps: int = 6, timeout: float = 600.0, lock: str | None = None,
+                  log_dir=None) -> dict:
+    """Run plan ``c``; ``{"measured_step_s", "measured_peak_bytes", "step_times"}``."""
+    from ..demo.train import RunConfig, train_rank
+    from ..testing import run_ranks
+
+    work = Path(tempfile.mkdtemp(prefix="paddle_ext_plan_run_"))
+    progress = work / "progress.jsonl"
+    run = RunConfig(plan=c.plan, schedule=c.schedule or "1F1B", steps=steps, batch=c.batch,
+                    microbatches=c.microbatches, progress_file=str(progress))
+    env = {"CUDA_VISIBLE_DEVICES": "", "PADDLE_DISTRI_BACKEND": "gloo"} if not os.environ.get("CUDA_VISIBLE_DEVICES") \
+        else {}
+    locked = _lock(lock)
+    with locked:
+        results = run_ranks(train_rank, nproc=c.world, args=(run.__dict__, dict(model_config)), timeout=timeout,
+                            log_dir=log_dir, env=env)
+    elapsed = [json.loads(line)["elapsed"] for line in progress.read_text().splitlines() if line.strip()]
+    diffs = [b - a for a, b in zip(elapsed, elapsed[1:])][WARMUP - 1:] or [elapsed[-1]]
+    return {"measured_step_s": statistics.median(diffs), "measured_peak_bytes": max(r["peak_memory"] for r in results),
+            "step_times": diffs, "losses": results[0]["losses"]}
+
+
+def _lock(path):
+    from ..compat.cpp_build import file_lock
+
+    return file_lock(path) if path else contextlib.nullcontext()
+
+
+__all__ = ["runnable", "run_candidate"]

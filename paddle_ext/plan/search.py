@@ -1,0 +1,102 @@
+"""Search the plans of a model on N ranks: enumerate, check the profile covers them, predict,
+prune by memory, rank (pure: no Paddle).
+
+>>> from .model_desc import gpt_family
+>>> from .profile_data import Profile
+>>> prof = Profile.from_json({"source": "unit costs", "matmul": {"rate_flops_per_s": 1e9},
+...     "elementwise": {"fwd": {"alpha_s": 1e-6, "s_per_elem": 1e-9}, "bwd": {"alpha_s": 1e-6, "s_per_elem": 1e-9}},
+...     "optimizer": {"alpha_s_per_tensor": 1e-6, "s_per_elem": 1e-9},
+...     "collectives": {k: {"any": {"alpha_s": 1e-5, "s_per_byte": 1e-9}} for k in COLLECTIVE_KINDS}})
+>>> r = search(gpt_family(32, 4, 64, 16, 64, 4), prof, 4)
+>>> r.candidates, len(r.plans) == r.candidates, r.plans[0].step_s <= r.plans[-1].step_s
+(186, True, True)
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import List, Optional
+
+from .candidates import Candidate, enumerate_candidates
+from .errors import MeshFactorError, NoFeasiblePlanError
+from .memory import format_bytes, parse_memory
+from .model_desc import ModelDesc
+from .predict import Prediction, predict
+from .profile_data import COLLECTIVE_KINDS, Profile, check_profile_covers
+from .stage_cost import CommCost, local_gemm
+
+
+@dataclass
+class SearchResult:
+    candidates: int
+    search_s: float
+    plans: List[Prediction]          # feasible plans, fastest first
+    infeasible: int
+    memory_limit: Optional[int]
+
+
+def requirements(model: ModelDesc, cands, ranks_per_node: int):
+    """The matmul shapes and ``(collective, group, inter-node)`` the candidates need from a profile."""
+    gemms, colls = set(), set()
+    ops = [op for layer in model.layers for op in layer.ops if op.gemm is not None]
+    for samples, tp in {(c.microbatch_samples, c.tp) for c in cands}:
+        gemms.update(local_gemm(op, samples, tp) for op in ops)
+    for c in cands:
+        comm = CommCost(None, c, ranks_per_node or c.world)
+        if c.tp > 1:
+            kinds = ("all_gather", "reduce_scatter") if c.sp else ("all_reduce",)
+            colls.update((k, c.tp, comm.inter_node("tp")) for k in kinds)
+        if c.dp > 1:
+            kinds = ("reduce_scatter", "all_gather") if c.zero else ("all_reduce",)
+            colls.update((k, c.dp, comm.inter_node("dp")) for k in kinds)
+        if c.pp > 1:
+            colls.add(("p2p", 2, comm.inter_node("pp")))
+        colls.add(("all_reduce", c.world, comm.inter_node("world")))
+    return sorted(gemms), sorted(colls)
+
+
+def search(model_desc: ModelDesc, profile: Profile, nproc: int, memory=None, *, nodes: int = 1,
+           batch: Optional[int] = None, schedules=None, max_microbatches: int = 64) -> SearchResult:
+    """Every plan of ``model_desc`` on ``nproc`` ranks (``nodes`` nodes of ``nproc / nodes`` ranks),
+    predicted with ``profile``, those within ``memory`` (bytes or ``"2GiB"``; None: no limit)
+    ranked fastest first. Named errors before the search: :class:`~.errors.MemoryUnitError`,
+    :class:`~.errors.MeshFactorError`, :class:`~.errors.ProfileError`; after it,
+    :class:`~.errors.NoFeasiblePlanError` when no plan fits the limit."""
+    limit = parse_memory(memory) if memory is not None else None
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1 or \
+            (isinstance(nproc, int) and nproc % nodes):
+        raise MeshFactorError(f"--nodes {nodes!r} must be a positive int dividing --nproc {nproc}")
+    batch = batch or max(8, 2 * nproc)
+    rpn = nproc // nodes
+    start = time.perf_counter()
+    cands = enumerate_candidates(len(model_desc.layers), model_desc.heads, model_desc.hidden, model_desc.ffn,
+                                 model_desc.seq, batch, nproc, schedules, max_microbatches)
+    check_profile_covers(profile, *requirements(model_desc, cands, rpn))
+    preds = [predict(model_desc, c, profile, rpn) for c in cands]
+    feasible = [p for p in preds if limit is None or p.peak_bytes <= limit]
+    if not feasible:
+        smallest = min(preds, key=lambda p: p.peak_bytes)
+        raise NoFeasiblePlanError(
+            f"no plan of {model_desc.name} on {nproc} ranks fits --memory-limit {format_bytes(limit)} per rank: "
+            f"the smallest any of the {len(preds)} plans needs is {format_bytes(smallest.peak_bytes)} "
+            f"({smallest.candidate.name}); raise the limit, add ranks or shrink the batch")
+    feasible.sort(key=lambda p: (p.step_s, p.peak_bytes, p.candidate.name))
+    return SearchResult(len(cands), time.perf_counter() - start, feasible, len(preds) - len(feasible), limit)
+
+
+def to_json(result: SearchResult, top: Optional[int] = None) -> dict:
+    """``{"candidates", "search_s", "plans": [...]}`` with the measured fields null until run."""
+    plans = []
+    for p in result.plans[:top]:
+        c: Candidate = p.candidate
+        plans.append({"name": c.name, "predicted_step_s": p.step_s, "predicted_peak_bytes": p.peak_bytes,
+                      "measured_step_s": None, "measured_peak_bytes": None,
+                      "plan": c.plan, "pp": c.pp, "dp": c.dp, "tp": c.tp, "zero": c.zero, "sp": c.sp,
+                      "schedule": c.schedule, "microbatches": c.microbatches, "batch": c.batch,
+                      "top": [{"part": k, "fraction": f} for k, f in p.top(3)],
+                      "memory": p.memory})
+    return {"candidates": result.candidates, "search_s": result.search_s, "feasible": len(result.plans),
+            "infeasible": result.infeasible, "memory_limit": result.memory_limit, "plans": plans}
+
+
+__all__ = ["SearchResult", "search", "to_json", "requirements", "COLLECTIVE_KINDS"]

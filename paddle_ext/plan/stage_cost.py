@@ -1,0 +1,170 @@
+"""What one pipeline stage of a plan costs per microbatch: time by kind (F, I, W) and by cause,
+and the bytes it keeps for backward (pure: no Paddle).
+
+Per op of the stage's layers, at the microbatch a plan gives each rank
+(:attr:`~.candidates.Candidate.microbatch_samples`) and split as :mod:`.model_desc` says:
+
+* a matmul costs the profile's ``fwd`` (F), ``bwd_input`` (I) and ``bwd_weight`` (W, only when it
+  reads a weight; a product of two activations has two input gradients, both I);
+* any other op costs the profile's elementwise line, forward in F and backward in I;
+* with a mesh inside the stage (``dp`` or ``tp`` > 1) every op call, forward and backward, pays
+  the profile's ``dist_op_s`` (the semi-automatic dispatch of distributed tensors);
+* tensor parallelism per block: without sequence parallelism two all-reduces of the block's
+  ``[b, seq, hidden]`` output forward (after o and down) and two backward (the column inputs'
+  gradients); with it two all-gathers and two reduce-scatters forward, the same backward; the
+  head gathers the sequence once. Bytes are the reshard planner's for that tensor on a ``tp`` mesh.
+
+>>> from .model_desc import gpt_family
+>>> from .candidates import Candidate
+>>> from .profile_data import Profile
+>>> p = Profile.from_json({"source": "t", "matmul": {"rate_flops_per_s": 1.0}, "elementwise":
+...     {"fwd": {"alpha_s": 0, "s_per_elem": 0}, "bwd": {"alpha_s": 0, "s_per_elem": 0}}})
+>>> m = gpt_family(hidden=4, heads=2, ffn=8, seq=2, vocab=4, layers=1)
+>>> s = stage_costs(m, Candidate(dp=2, batch=2), p, comm=None)[0]
+>>> # 2 * flops of q,k,v + two attention products + o + gate,up + down + head, each rank 1 sample
+>>> s.forward == 2 * (3 * 2*4*4 + 2 * 2*2*2*2 + 2*4*4 + 2 * 2*4*8 + 2*8*4 + 2*4*4)
+True
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Dict, List, Optional, Tuple
+
+from ..placements import DistSpec
+from ..reshard.planner import plan_bytes, plan_reshard
+from .candidates import Candidate
+from .model_desc import LayerDesc, ModelDesc, OpDesc
+from .profile_data import Profile
+
+
+@lru_cache(maxsize=4096)
+def reshard_bytes(shape: Tuple[int, ...], group: int, src: str, dst: str, itemsize: int = 4) -> int:
+    """Bytes a rank receives for ``src -> dst`` of ``shape`` on a 1-D mesh of ``group`` ranks,
+    as the reshard planner plans it."""
+    if group <= 1:
+        return 0
+    spec = (DistSpec(tuple(shape), (group,), src), DistSpec(tuple(shape), (group,), dst))
+    return plan_bytes(plan_reshard(*spec, itemsize=itemsize))
+
+
+def split_sizes(n_layers: int, n_stages: int) -> List[int]:
+    """Layers per stage, as even as possible, larger first (as the pipeline runtime splits them)."""
+    base, extra = divmod(n_layers, n_stages)
+    return [base + (1 if i < extra else 0) for i in range(n_stages)]
+
+
+def stage_layers(model: ModelDesc, n_stages: int) -> List[Tuple[LayerDesc, ...]]:
+    out, start = [], 0
+    for n in split_sizes(len(model.layers), n_stages):
+        out.append(model.layers[start:start + n])
+        start += n
+    return out
+
+
+def local_gemm(op: OpDesc, samples: int, tp: int) -> Tuple[int, int, int, int]:
+    b, m, k, n = op.gemm
+    if op.batched:
+        b, m = (b * samples, m) if op.gemm_scales == "B" else (b, m * samples)
+    if op.tp == "column":
+        n //= tp
+    elif op.tp == "row":
+        k //= tp
+    elif op.tp == "heads":
+        b //= tp
+    return b, m, k, n
+
+
+def local_numel(op: OpDesc, samples: int, tp: int, sp: bool) -> int:
+    n = op.numel * (samples if op.batched else 1)
+    if op.tp in ("column", "heads") or (op.tp == "seq" and sp):
+        n //= tp
+    return n
+
+
+@dataclass
+class StageCost:
+    """Seconds per microbatch: ``forward`` (F), ``backward_input`` (I), ``backward_weight`` (W);
+    ``parts`` splits F + I + W by cause; ``activation_bytes`` kept per microbatch on the rank."""
+
+    forward: float = 0.0
+    backward_input: float = 0.0
+    backward_weight: float = 0.0
+    parts: Dict[str, float] = field(default_factory=dict)
+    activation_bytes: float = 0.0
+    comm_max_bytes: float = 0.0
+
+    def add(self, part: str, f: float = 0.0, i: float = 0.0, w: float = 0.0) -> None:
+        self.forward += f
+        self.backward_input += i
+        self.backward_weight += w
+        self.parts[part] = self.parts.get(part, 0.0) + f + i + w
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward_input + self.backward_weight
+
+
+def _layer_cost(cost: StageCost, layer: LayerDesc, c: Candidate, profile: Profile, dist: bool,
+                comm: Optional["CommCost"], itemsize: int, hidden: int, seq: int) -> None:
+    samples, tp = c.microbatch_samples, c.tp
+    for op in layer.ops:
+        if op.gemm is not None:
+            f, bi, bw = profile.matmul(local_gemm(op, samples, tp))
+            cost.add("compute", f, bi if op.param else bi + bw, bw if op.param else 0.0)
+        else:
+            f, b = profile.elementwise(local_numel(op, samples, tp, c.sp))
+            cost.add("compute", f, b)
+        if dist:
+            cost.add("dispatch", profile.dist_op_s(), profile.dist_op_s())
+        cost.activation_bytes += local_numel(op, samples, tp, c.sp) * itemsize if op.batched else 0
+    if tp > 1 and comm is not None:
+        shape = (samples, seq, hidden)
+        if layer.kind == "block":
+            if c.sp:
+                gather = comm.time("all_gather", tp, reshard_bytes(shape, tp, "[S(1)]", "[R]", itemsize), "tp")
+                scatter = comm.time("reduce_scatter", tp, reshard_bytes(shape, tp, "[P]", "[S(1)]", itemsize), "tp")
+                cost.add("sp all-gather", 2 * gather, 2 * gather)
+                cost.add("sp reduce-scatter", 2 * scatter, 2 * scatter)
+            else:
+                nbytes = reshard_bytes(shape, tp, "[P]", "[R]", itemsize)
+                reduce = comm.time("all_reduce", tp, nbytes, "tp")
+                cost.add("tp all-reduce", 2 * reduce, 2 * reduce)
+                cost.comm_max_bytes = max(cost.comm_max_bytes, nbytes)
+        elif layer.kind == "head" and c.sp:
+            cost.add("sp all-gather", comm.time("all_gather", tp, reshard_bytes(shape, tp, "[S(1)]", "[R]", itemsize),
+                                                "tp"))
+
+
+@dataclass(frozen=True)
+class CommCost:
+    """Collective times from the profile, intra- or inter-node by the group's span on the mesh."""
+
+    profile: Profile
+    candidate: Candidate
+    ranks_per_node: int
+
+    def inter_node(self, dim: str) -> bool:
+        c = self.candidate
+        stride, size = {"tp": (1, c.tp), "dp": (c.tp, c.dp), "pp": (c.tp * c.dp, c.pp),
+                        "world": (1, c.world)}[dim]
+        return stride * size > self.ranks_per_node
+
+    def time(self, kind: str, group: int, nbytes: float, dim: str) -> float:
+        return self.profile.collective(kind, group, nbytes, self.inter_node(dim))
+
+
+def stage_costs(model: ModelDesc, c: Candidate, profile: Profile, comm: Optional[CommCost]) -> List[StageCost]:
+    """One :class:`StageCost` per pipeline stage (one stage without pipelining)."""
+    dist = c.dp > 1 or c.tp > 1
+    out = []
+    for layers in stage_layers(model, c.n_stages):
+        cost = StageCost()
+        for layer in layers:
+            _layer_cost(cost, layer, c, profile, dist, comm, model.dtype_bytes, model.hidden, model.seq)
+        out.append(cost)
+    return out
+
+
+__all__ = ["StageCost", "CommCost", "stage_costs", "stage_layers", "split_sizes", "local_gemm", "local_numel",
+           "reshard_bytes"]
