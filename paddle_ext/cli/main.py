@@ -14,7 +14,8 @@ import warnings
 from ..errors import PaddleExtError
 
 # module name under paddle_ext.cli, in the order shown by --help
-SUBCOMMAND_MODULES = ("doctor", "rules", "reshard_matrix", "schedule", "demo", "audit", "smoke", "compat")
+SUBCOMMAND_MODULES = ("doctor", "rules", "reshard_matrix", "schedule", "demo", "audit", "smoke", "compat", "profile",
+                      "plan")
 
 
 def build_parser() -> argparse.ArgumentParser:
