@@ -67,7 +67,7 @@ def install(static_engine: bool = False) -> list[str]:
     install_static_reshard()
     names += ["dygraph-reshard", "static-reshard-functions"]
     if static_engine:
-        from .compat.static_engine import install_static
+        from .passes.static.passes import install_static
 
         names += install_static()
     return names

@@ -34,7 +34,7 @@ from paddle_ext.passes.schedule_ir import Kind
 from paddle_ext.passes.schedules import get_schedule_info
 from paddle_ext.passes.stage_placement import stages_on_rank
 
-__all__ = ["JOB_OF_KIND", "OPTIMIZER", "compile_jobs", "job_types", "rank_schedule", "format_jobs", "uses_split"]
+__all__ = ["JOB_OF_KIND", "OPTIMIZER", "compile_jobs", "jobs_of_rank", "job_types", "rank_schedule", "format_jobs", "uses_split"]
 
 OPTIMIZER = "optimizer"
 JOB_OF_KIND: Dict[Kind, str] = {
@@ -65,10 +65,18 @@ def compile_jobs(name: str, pp_degree: int, n_microbatches: int, n_chunks: Optio
 
     ``split_backward`` defaults to whether the schedule has ``W`` actions; when it splits, a
     full ``B`` (DualPipeV mixes them) becomes ``backward_b{c}`` then ``backward_w{c}``."""
-    if not 0 <= rank < pp_degree:
-        raise ScheduleError(f"pipeline rank {rank} is outside 0..{pp_degree - 1}; pp_stage must be "
-                            f"below pp_degree={pp_degree}")
-    info, lowered, chunks = rank_schedule(name, pp_degree, n_microbatches, n_chunks)
+    _check_rank(rank, pp_degree)
+    return jobs_of_rank(rank_schedule(name, pp_degree, n_microbatches, n_chunks), rank=rank,
+                        split_backward=split_backward)
+
+
+def jobs_of_rank(generated, *, rank: int, split_backward: Optional[bool] = None) -> Tuple[Job, ...]:
+    """:func:`compile_jobs` from a schedule :func:`rank_schedule` already generated and lowered
+    (``generated`` is its ``(info, lowered, n_chunks)``), so a caller that inspects the
+    schedule first (:func:`uses_split`) does not generate it twice."""
+    info, lowered, chunks = generated
+    pp_degree = len(lowered)
+    _check_rank(rank, pp_degree)
     split = uses_split(lowered) if split_backward is None else split_backward
     chunk_of = {stage: c for c, stage in enumerate(stages_on_rank(rank, pp_degree, chunks, info.placement))}
     jobs: List[Job] = []
@@ -86,6 +94,12 @@ def compile_jobs(name: str, pp_degree: int, n_microbatches: int, n_chunks: Optio
         jobs.append((f"{JOB_OF_KIND[kind]}{chunk}", mb))
     jobs.append((OPTIMIZER, 0))
     return tuple(jobs)
+
+
+def _check_rank(rank: int, pp_degree: int) -> None:
+    if not 0 <= rank < pp_degree:
+        raise ScheduleError(f"pipeline rank {rank} is outside 0..{pp_degree - 1}; pp_stage must be "
+                            f"below pp_degree={pp_degree}")
 
 
 def job_types(jobs) -> Tuple[str, ...]:

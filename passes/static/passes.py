@@ -1,8 +1,10 @@
 """paddle-ext's IR schedules as Paddle static pipeline passes (``pipeline_scheduler_<NAME>``).
 
-:func:`register_static_passes` registers one ``PipelinePassBase`` subclass per IR schedule
-(``paddle_ext.install()`` runs it through :func:`paddle_ext.compat.static_engine.install_static`);
-``strategy.pipeline.schedule_mode = "<NAME>"`` then selects it. Paddle's own working passes
+:func:`install_static` (``paddle_ext.install(static_engine=True)`` calls it) applies compat's
+fixes to Paddle's static Engine, then registers, through compat's pipeline-pass registry, one
+``PipelinePassBase`` subclass per IR schedule (:func:`register_static_passes`): this adapter
+registers itself, compat never imports it. ``strategy.pipeline.schedule_mode = "<NAME>"`` then
+selects a pass. Paddle's own working passes
 keep their names (FThenB, 1F1B, VPP); paddle-ext's versions of those are ``IR_FThenB``,
 ``IR_1F1B`` and ``IR_VPP``. Paddle's ZBH1 (no PIR implementation) is replaced.
 
@@ -19,13 +21,16 @@ from __future__ import annotations
 
 import logging
 
+from paddle_ext.compat import static_engine
+from paddle_ext.compat.pipeline_registry import pipeline_pass_base, register_pipeline_pass, registered_pipeline_passes
+from paddle_ext.compat.static_plan import device_place_attr, make_plan, pass_utils
 from paddle_ext.errors import ScheduleError
 from paddle_ext.passes.schedules import SCHEDULES, get_schedule_info
 from paddle_ext.passes.static.bw_split import classify_backward, split_matmul_grads
-from paddle_ext.passes.static.jobs import compile_jobs, job_types, rank_schedule, uses_split
+from paddle_ext.passes.static.jobs import job_types, jobs_of_rank, rank_schedule, uses_split
 from paddle_ext.passes.static.program_split import assign_jobs, check_order, handovers, split_program
 
-__all__ = ["register_static_passes", "registered_name", "PADDLE_OWNED"]
+__all__ = ["install_static", "register_static_passes", "registered_name", "PADDLE_OWNED"]
 
 logger = logging.getLogger("paddle_ext.static")
 PADDLE_OWNED = ("FThenB", "1F1B", "VPP")  # Paddle's PIR passes that work (with the gloo backend)
@@ -38,9 +43,7 @@ def registered_name(schedule: str) -> str:
 
 
 def _make_pass_class(schedule: str):
-    from paddle_ext.compat import static_engine as compat
-
-    base = compat.pipeline_pass_base()
+    base = pipeline_pass_base()
 
     class IRSchedulePass(base):
         paddle_ext_schedule = schedule
@@ -62,11 +65,10 @@ def _make_pass_class(schedule: str):
 
 def build_plan(schedule: str, program, n_microbatches: int, pp_degree: int, pp_stage: int, n_chunks: int):
     """The ``core.Plan`` of ``schedule`` for this rank's dense ``program`` (module doc)."""
-    from paddle_ext.compat import static_engine as compat
-
-    utils = compat.pass_utils()
+    utils = pass_utils()
     utils.forward_complete_op_role(program)
-    split = uses_split(rank_schedule(schedule, pp_degree, n_microbatches, n_chunks)[1])
+    generated = rank_schedule(schedule, pp_degree, n_microbatches, n_chunks)  # generated and lowered once
+    split = uses_split(generated[1])
     w_ops, reason = frozenset(), None
     if split:
         rewritten = split_matmul_grads(program)
@@ -81,7 +83,7 @@ def build_plan(schedule: str, program, n_microbatches: int, pp_degree: int, pp_s
         else:
             logger.info("%s on pipeline rank %d: %d matmul_grad ops split, %d backward ops deferred to W",
                         schedule, pp_stage, rewritten, len(w_ops))
-    jobs = compile_jobs(schedule, pp_degree, n_microbatches, n_chunks, rank=pp_stage, split_backward=split)
+    jobs = jobs_of_rank(generated, rank=pp_stage, split_backward=split)
     owner = assign_jobs(program, w_ops, split, n_chunks, lambda i, ops: utils.infer_chunk_id(i, ops, False))
     check_order(jobs, handovers(program, owner))
     types = job_types(jobs)
@@ -91,18 +93,29 @@ def build_plan(schedule: str, program, n_microbatches: int, pp_degree: int, pp_s
                             "but the program has no send/recv there; the program's stages (layer meshes, "
                             "vpp_degree, placement) do not match the schedule's "
                             f"({get_schedule_info(schedule).placement} placement)")
-    programs = split_program(program, owner, types, compat.device_place_attr())
+    programs = split_program(program, owner, types, device_place_attr())
     logger.info("%s on pipeline rank %d: %d jobs, types %s", schedule, pp_stage, len(jobs), list(types))
-    return compat.make_plan(jobs, types, [programs[t] for t in types], n_microbatches)
+    return make_plan(jobs, types, [programs[t] for t in types], n_microbatches)
 
 
 def register_static_passes() -> list:
-    """Register every IR schedule as a pipeline pass; returns the schedule_mode names."""
-    from paddle_ext.compat import static_engine as compat
-
+    """Register every IR schedule as a pipeline pass (once: a name whose registered pass is
+    already paddle-ext's for that schedule is kept); returns the schedule_mode names."""
+    registered = registered_pipeline_passes()
     names = []
     for schedule in SCHEDULES:
         name = registered_name(schedule)
-        compat.register_pipeline_pass(name, _make_pass_class(schedule))
+        if getattr(registered.get(name), "paddle_ext_schedule", None) != schedule:
+            register_pipeline_pass(name, _make_pass_class(schedule))
         names.append(name)
+    return names
+
+
+def install_static() -> list[str]:
+    """Make ``dist.to_static`` run pipeline parallelism on CPU/gloo with any of paddle-ext's
+    schedules: compat's static-Engine fixes (:func:`paddle_ext.compat.static_engine.install_static`),
+    then this adapter's passes registered (:func:`register_static_passes`). Idempotent; returns
+    the fixes in effect."""
+    names = static_engine.install_static()
+    register_static_passes()
     return names

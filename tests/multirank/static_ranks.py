@@ -218,7 +218,7 @@ def train_losses(cfg):
     the rank computes no loss) and the job types of its plan."""
     import paddle.distributed as dist
 
-    from paddle_ext.compat.static_engine import install_static
+    from paddle_ext.passes.static.passes import install_static
     from paddle_ext.testing import record_action
 
     if not cfg.get("no_static"):

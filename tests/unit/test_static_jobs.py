@@ -7,7 +7,7 @@ from paddle_ext.errors import ScheduleError
 from paddle_ext.passes.schedule_ir import Kind
 from paddle_ext.passes.schedules import SCHEDULES, get_schedule_info
 from paddle_ext.passes.stage_placement import stage_to_rank_map
-from paddle_ext.passes.static.jobs import compile_jobs, format_jobs, job_types, rank_schedule
+from paddle_ext.passes.static.jobs import compile_jobs, format_jobs, job_types, jobs_of_rank, rank_schedule
 
 SIZES = [(2, 4), (2, 3), (3, 6), (4, 8)]
 # the sizes each schedule accepts with its default chunks, by the generator's own rule
@@ -98,15 +98,44 @@ def test_bad_rank_and_unknown_schedule_say_how_to_fix():
         compile_jobs("ZB-H3", 2, 4, rank=0)
 
 
+@pytest.mark.parametrize("name, p, m", CASES)
+def test_one_generated_schedule_gives_every_ranks_jobs(name, p, m, monkeypatch):
+    """build_plan generates and lowers a schedule once and compiles the rank's jobs from it: the
+    same jobs as compile_jobs, which generates its own, for both backward modes, and nothing is
+    generated again."""
+    import paddle_ext.passes.static.jobs as jobs_module
+
+    cases = [(r, split) for r in range(p) for split in (None, False)]
+    expected = [compile_jobs(name, p, m, rank=r, split_backward=split) for r, split in cases]
+    generated = rank_schedule(name, p, m)
+
+    def no_regeneration(*args):
+        raise AssertionError(f"schedule generated again: {args}")
+
+    monkeypatch.setattr(jobs_module, "rank_schedule", no_regeneration)
+    monkeypatch.setattr(jobs_module, "get_schedule_info", no_regeneration)
+    assert [jobs_of_rank(generated, rank=r, split_backward=split) for r, split in cases] == expected
+    with pytest.raises(ScheduleError, match=f"pipeline rank {p} is outside 0..{p - 1}; pp_stage must be below"):
+        jobs_of_rank(generated, rank=p)
+
+
 # -- the schedule_mode registry Paddle sees (imports Paddle; no ranks) --------------------
 def test_unknown_schedule_mode_lists_the_available_names():
-    from paddle_ext.compat.static_engine import available_schedule_modes, install_static, resolve_schedule_mode
+    from paddle_ext.compat.pipeline_registry import (available_schedule_modes, registered_pipeline_passes,
+                                                     resolve_schedule_mode)
+    from paddle_ext.passes.static.passes import install_static, registered_name
 
     install_static()
     modes = available_schedule_modes()
     for name in ("FThenB", "1F1B", "VPP", "ZBH1", "ZBV", "IR_1F1B", "DualPipeV", "InterleavedZB"):
         assert name in modes
     assert resolve_schedule_mode("zbv") == "ZBV"
+    registered = registered_pipeline_passes()
+    install_static()  # idempotent: paddle-ext's pass classes stay the ones registered first
+    again = registered_pipeline_passes()
+    for schedule in SCHEDULES:
+        name = registered_name(schedule)
+        assert again[name] is registered[name] and again[name].paddle_ext_schedule == schedule
     with pytest.raises(ScheduleError) as info:
         resolve_schedule_mode("ZB-H3")
     msg = str(info.value)
