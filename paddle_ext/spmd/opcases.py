@@ -21,6 +21,8 @@ from typing import Callable
 
 import numpy as np
 
+from ..errors import ShardingRuleError
+
 
 @dataclass(frozen=True)
 class OpCase:
@@ -52,10 +54,18 @@ def _flat_args(specs, attrs, names):
     return list(specs) + [attrs[n] for n in names]
 
 
-CASES: dict[str, OpCase] = {}
+CASES: dict[str, OpCase] = {}   # the families below, plus every case registered with its rule
 
 
 def _add(case: OpCase) -> None:
+    CASES[case.op] = case
+
+
+def add_case(case: OpCase, replace: bool = False) -> None:
+    """Add the ground truth of a rule registered with ``register_spmd_rule(op, case=...)``; one case per op."""
+    if case.op in CASES and CASES[case.op] is not case and not replace:
+        raise ShardingRuleError(f"the validator already has a case for {case.op!r}; register the rule with "
+                                f"override=True to replace it")
     CASES[case.op] = case
 
 
@@ -447,4 +457,4 @@ def paddle_only_ops() -> dict[str, str]:
     return {c.paddle: c.op for c in CASES.values() if c.paddle}
 
 
-__all__ = ["CASES", "OpCase", "paddle_only_ops"]
+__all__ = ["CASES", "OpCase", "add_case", "paddle_only_ops"]

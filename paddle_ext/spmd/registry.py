@@ -39,6 +39,7 @@ from .dimtrans import infer_dimtrans, infer_dimtrans_reverse
 from .einsum import infer_einsum, infer_einsum_grad, infer_einsum_reverse
 from .notation import Notation, parse_notation
 from .onedim import infer_onedim, infer_onedim_reverse
+from .opcases import OpCase, add_case
 from .result import RuleResult, make_result
 
 
@@ -188,9 +189,10 @@ class SpmdRule:
 
     source = "ext"
 
-    def __init__(self, op: str, fn: Callable):
+    def __init__(self, op: str, fn: Callable, case: OpCase | None = None):
         self.op = op
         self.fn = fn
+        self.case = case   # the validator's ground truth for the op, written next to the rule
         self.params = signature_of(op, fn)
         doc = inspect.getdoc(fn) or ""
         self.doc_notation = doc.splitlines()[0] if doc else ""
@@ -388,16 +390,20 @@ class Registry:
     def __init__(self):
         self.rules: dict[str, SpmdRule] = {}
 
-    def register(self, op: str, override: bool = False):
+    def register(self, op: str, override: bool = False, case: OpCase | None = None):
         if not isinstance(op, str) or not op:
             raise ShardingRuleError(f"register_spmd_rule needs an op name string, got {op!r}")
+        if case is not None and (not isinstance(case, OpCase) or case.op != op):
+            raise ShardingRuleError(f"register_spmd_rule({op!r}, case=...) needs the OpCase of {op!r}, got {case!r}")
 
         def deco(fn):
             if op in self.rules and not override:
                 raise ShardingRuleError(
                     f"an SPMD rule for {op!r} is already registered ({self.rules[op].fn.__module__}."
                     f"{self.rules[op].fn.__qualname__}); pass override=True to replace it")
-            self.rules[op] = SpmdRule(op, fn)
+            self.rules[op] = SpmdRule(op, fn, case)
+            if case is not None:
+                add_case(case, replace=override)
             return fn
         return deco
 
@@ -433,9 +439,10 @@ _SOURCES = ("auto", "ext", "paddle")
 REGISTRY = Registry()
 
 
-def register_spmd_rule(op: str, override: bool = False):
-    """Decorator registering a rule function into paddle-ext's registry."""
-    return REGISTRY.register(op, override)
+def register_spmd_rule(op: str, override: bool = False, case: OpCase | None = None):
+    """Decorator registering a rule function into paddle-ext's registry; ``case`` (an
+    :class:`~.opcases.OpCase`) is the op's ground truth, which the validator then checks it against."""
+    return REGISTRY.register(op, override, case)
 
 
 def is_hashable(value) -> bool:

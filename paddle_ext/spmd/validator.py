@@ -28,7 +28,7 @@ import numpy as np
 from ..placements import REDUCE_OPS, DistSpec, Partial, Replicate, Shard, format_placements
 from ..simulated_ranks import AssembleError, assemble, shard_dense
 from .opcases import CASES, OpCase
-from .registry import get_spmd_rule, paddle_rules
+from .registry import get_spmd_rule, load_builtin_rules, paddle_rules
 from .result import with_shapes
 
 MESH = (2,)
@@ -256,6 +256,7 @@ def check_op(op: str, source: str = "ext", mesh=MESH, seed: int = 0, max_cases: 
     """Check ``op`` over its examples and every 1-D placement combination of its inputs."""
     from ..errors import ShardingRuleError
 
+    load_builtin_rules()   # the rule families register their cases with their rules
     if op not in CASES:
         import difflib
 

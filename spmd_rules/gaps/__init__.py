@@ -1,10 +1,14 @@
 """Rules for the ops Paddle 3.3.1 computes replicated on sharded inputs (issue 6).
 
 One module per family; importing this package registers them (``paddle_ext.dispatch`` imports
-it). A name another rule family already registered is left to that family (see
-``_common.gap_rule``); :data:`OWNED` lists what this package registered.
+it). Each rule is registered with ``@register_spmd_rule(op, case=...)`` like any rule, its
+validator case (numpy semantics and examples) written next to it. :data:`OWNED` lists the ops
+this package registered.
 """
-from . import cases, indexing, linalg, pointwise, spatial, statistics  # noqa: F401
-from ._common import OWNED  # noqa: F401
+from paddle_ext.spmd.registry import REGISTRY
 
-__all__ = ["OWNED", "cases", "indexing", "linalg", "pointwise", "spatial", "statistics"]
+from . import indexing, linalg, pointwise, spatial, statistics  # noqa: F401
+
+OWNED: tuple = tuple(op for op, rule in REGISTRY.rules.items() if rule.fn.__module__.startswith(__name__ + "."))
+
+__all__ = ["OWNED", "indexing", "linalg", "pointwise", "spatial", "statistics"]

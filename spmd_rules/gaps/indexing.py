@@ -7,13 +7,18 @@ follows them); the indexed dim of the data never is.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from paddle_ext.errors import ShardingRuleError
 from paddle_ext.placements import DistSpec
+from paddle_ext.spmd.registry import register_spmd_rule
 
-from ._common import axis_of, dims, gap_rule, names_text
+from ._common import axis_of, dims, gap_case, inputs_of, names_text
 
 
-@gap_rule("gather")
+@register_spmd_rule("gather", case=gap_case(
+    "gather", lambda a: (lambda x, i: np.take(x, i.astype(int), axis=int(a.get("axis", 0)) % x.ndim)),
+    [([(5, 6), (4,)], {"axis": 1}), ([(4, 5, 3), (6,)], {"axis": 1})], inputs_of(["f", ("i", 5)])))
 def gather(x: DistSpec, index: DistSpec, axis: int = 0):
     """d0 a d2, i -> d0 i d2 | replicate: a   (axis=1; the index may be sharded)"""
     if index.ndim != 1:
@@ -25,7 +30,16 @@ def gather(x: DistSpec, index: DistSpec, axis: int = 0):
     return f"{names_text(names)}, idx -> {names_text(out)} | replicate: {names[a]}"
 
 
-@gap_rule("gather_nd")
+def _gather_nd_dense(a):
+    def f(x, i):
+        i = i.astype(int)
+        return x[tuple(i[..., j] for j in range(i.shape[-1]))]
+    return f
+
+
+@register_spmd_rule("gather_nd", case=gap_case("gather_nd", _gather_nd_dense,
+                                              [([(4, 5, 6), (6, 1)], {}), ([(4, 5, 3), (3, 2)], {})],
+                                              inputs_of(["f", ("i", 4)])))
 def gather_nd(x: DistSpec, index: DistSpec):
     """a0 a1 t2, b0 k -> b0 t2 | replicate: a0 a1 k   (index [..., k] picks x's first k dims)"""
     k = index.shape[-1] if index.ndim else 0
@@ -39,7 +53,19 @@ def gather_nd(x: DistSpec, index: DistSpec):
     return f"{names_text(xs)}, {names_text(bs + ['kk'])} -> {names_text(out)} | replicate: {names_text(rep)}"
 
 
-@gap_rule("index_add")
+def _index_add_dense(a):
+    def f(x, i, v):
+        out = x.copy()
+        ax = int(a.get("axis", 0)) % x.ndim
+        idx = [slice(None)] * x.ndim
+        idx[ax] = i.astype(int)
+        np.add.at(out, tuple(idx), v)
+        return out
+    return f
+
+
+@register_spmd_rule("index_add", case=gap_case("index_add", _index_add_dense, [([(5, 6), (3,), (5, 3)], {"axis": 1})],
+                                              inputs_of(["f", ("u", 6), "f"])))
 def index_add(x: DistSpec, index: DistSpec, value: DistSpec, axis: int = 0):
     """d0 a d2, i, d0 i d2 -> d0 a d2 | replicate: a i   (axis=1)"""
     names = dims(x.ndim)
@@ -50,7 +76,22 @@ def index_add(x: DistSpec, index: DistSpec, value: DistSpec, axis: int = 0):
             f"| replicate: {names[a]} idx")
 
 
-@gap_rule("scatter")
+def _scatter_dense(a):
+    def f(x, i, u):
+        out = x.copy()
+        i = i.astype(int)
+        if a.get("overwrite", True):
+            out[i] = u
+        else:
+            out[i] = 0
+            np.add.at(out, i, u)
+        return out
+    return f
+
+
+@register_spmd_rule("scatter", case=gap_case("scatter", _scatter_dense,
+                                            [([(6, 5), (3,), (3, 5)], {}), ([(6, 4), (3,), (3, 4)], {"overwrite": False})],
+                                            inputs_of(["f", ("u", 6), "f"])))
 def scatter(x: DistSpec, index: DistSpec, updates: DistSpec, overwrite: bool = True):
     """n d1, m, m d1 -> n d1 | replicate: n m   (rows are scattered; trailing dims keep sharding)"""
     names = dims(x.ndim)

@@ -11,12 +11,14 @@ coordinate 0, zeros elsewhere), stated in the result like any other.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from paddle_ext.placements import DistSpec, Partial, Replicate, Shard
 from paddle_ext.spmd.einsum import infer_einsum
-from paddle_ext.spmd.registry import Rows
+from paddle_ext.spmd.registry import Rows, register_spmd_rule
 from paddle_ext.spmd.result import make_result
 
-from ._common import gap_rule, world
+from ._common import gap_case, world
 
 
 def _follow_output(inp: DistSpec, out: DistSpec) -> DistSpec:
@@ -42,19 +44,23 @@ def _add_mm(op: str, notation: str, input: DistSpec, x: DistSpec, y: DistSpec):
                        f"input follows out; {notation}")
 
 
-@gap_rule("addmm")
+@register_spmd_rule("addmm", case=gap_case(
+    "addmm", lambda a: (lambda i, x, y: a.get("beta", 1.0) * i + a.get("alpha", 1.0) * (x @ y)),
+    [([(4, 6), (4, 8), (8, 6)], {"beta": 0.5, "alpha": 2.0}), ([(6,), (5, 4), (4, 6)], {})]))
 def addmm(input: DistSpec, x: DistSpec, y: DistSpec, beta: float = 1.0, alpha: float = 1.0):
     """m n, m k, k n -> m n | reduce(sum): k   (input takes the output's layout, P(sum) included)"""
     return _add_mm("addmm", "m k, k n -> m n", input, x, y)
 
 
-@gap_rule("baddbmm")
+@register_spmd_rule("baddbmm", case=gap_case(
+    "baddbmm", lambda a: (lambda i, x, y: a.get("beta", 1.0) * i + a.get("alpha", 1.0) * np.matmul(x, y)),
+    [([(2, 3, 4), (2, 3, 6), (2, 6, 4)], {"alpha": 0.5})]))
 def baddbmm(input: DistSpec, x: DistSpec, y: DistSpec, beta: float = 1.0, alpha: float = 1.0):
     """b m n, b m k, b k n -> b m n | reduce(sum): k   (input takes the output's layout)"""
     return _add_mm("baddbmm", "b m k, b k n -> b m n", input, x, y)
 
 
-@gap_rule("kron")
+@register_spmd_rule("kron", case=gap_case("kron", lambda a: np.kron, [([(4, 3), (2, 2)], {}), ([(5, 2), (2, 3)], {})]))
 def kron(x: DistSpec, y: DistSpec):
     """S(d), R -> S(d) when x.shape[d] splits evenly; P(sum), R -> P(sum); R, P(sum) -> P(sum)"""
     nd = max(x.ndim, y.ndim)

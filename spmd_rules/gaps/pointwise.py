@@ -10,27 +10,32 @@ from __future__ import annotations
 
 import math
 
-from paddle_ext.placements import DistSpec
-from paddle_ext.spmd.registry import Rows
+import numpy as np
 
-from ._common import axis_of, dims, gap_rule, names_text, shard_rows, world
+from paddle_ext.placements import DistSpec
+from paddle_ext.spmd.registry import Rows, register_spmd_rule
+
+from ._common import axis_of, dims, gap_case, inputs_of, names_text, shard_rows, world
 
 FOLLOW = "..., ... -> ... | merge: follow"
 
 
-@gap_rule("masked_fill")
+@register_spmd_rule("masked_fill", case=gap_case(
+    "masked_fill", lambda a: (lambda x, m: np.where(m > 0.5, a.get("value", 0.0), x)),
+    [([(4, 6), (4, 6)], {"value": 0.5}), ([(5, 7), (7,)], {"value": -1.0})], inputs_of(["f", "m"])))
 def masked_fill(x: DistSpec, mask: DistSpec, value: object = 0.0):
     """..., ... -> ... | merge: follow"""
     return FOLLOW
 
 
-@gap_rule("isfinite")
+@register_spmd_rule("isfinite", case=gap_case("isfinite", lambda a: np.isfinite, [([(5, 7)], {})]))
 def isfinite(x: DistSpec):
     """... -> ..."""
     return "... -> ..."
 
 
-@gap_rule("lerp")
+@register_spmd_rule("lerp", case=gap_case("lerp", lambda a: (lambda x, y, w: x + w * (y - x)),
+                                         [([(4, 6), (4, 6), (4, 6)], {}), ([(5, 7), (5, 7), (7,)], {})]))
 def lerp(x: DistSpec, y: DistSpec, weight: DistSpec | None = None):
     """..., ..., ... -> ... | merge: follow   (weight a tensor; a float weight: ..., ... -> ...)"""
     if weight is None:
@@ -43,19 +48,36 @@ def _triangular(x: DistSpec) -> str:
     return f"{names_text(names)} -> {names_text(names)}"
 
 
-@gap_rule("tril")
+def _triangular_dense(fn):
+    """The numpy op on a block: the diagonal shifted by the block's row and column offsets."""
+    def make(a):
+        def f(ctx, x):
+            d = int(a.get("diagonal", 0))
+            if ctx is not None:
+                d += ctx.offset(0, x.ndim - 2) - ctx.offset(0, x.ndim - 1)
+            return fn(x, d)
+        return f
+    return make
+
+
+@register_spmd_rule("tril", case=gap_case("tril", _triangular_dense(np.tril),
+                                         [([(5, 7)], {"diagonal": 1}), ([(2, 4, 5)], {"diagonal": -1})],
+                                         needs_ctx=True))
 def tril(x: DistSpec, diagonal: int = 0):
     """d0 d1 -> d0 d1   (local diagonal = diagonal + row offset - column offset)"""
     return _triangular(x)
 
 
-@gap_rule("triu")
+@register_spmd_rule("triu", case=gap_case("triu", _triangular_dense(np.triu),
+                                         [([(6, 5)], {"diagonal": 0}), ([(5, 7)], {"diagonal": 2})],
+                                         needs_ctx=True))
 def triu(x: DistSpec, diagonal: int = 0):
     """d0 d1 -> d0 d1   (local diagonal = diagonal + row offset - column offset)"""
     return _triangular(x)
 
 
-@gap_rule("flip")
+@register_spmd_rule("flip", case=gap_case("flip", lambda a: (lambda x: np.flip(x, tuple(a["axis"]))),
+                                         [([(5, 6)], {"axis": [1]}), ([(4, 5, 3)], {"axis": [0, 2]})]))
 def flip(x: DistSpec, axis: list[int] = ()):
     """d0 d1 -> d0 d1 | replicate: d1   (axis=[1]: flipped dims stay whole)"""
     names = dims(x.ndim)
@@ -73,19 +95,42 @@ def _scan(x: DistSpec, axis, op: str):
     return f"{body} -> {body} | replicate: {names[a]}"
 
 
-@gap_rule("cumprod")
+def _scan_dense(fn, key):
+    def make(a):
+        def f(x):
+            axis = a.get(key)
+            if axis is None:
+                return fn(x.reshape(-1), 0)
+            return fn(x, int(axis) % x.ndim)
+        return f
+    return make
+
+
+@register_spmd_rule("cumprod", case=gap_case("cumprod", _scan_dense(lambda x, ax: np.cumprod(x, axis=ax), "dim"),
+                                            [([(5, 4)], {"dim": 1}), ([(4, 6)], {"dim": 0}),
+                                             ([(3, 4)], {"dim": None})]))
 def cumprod(x: DistSpec, dim: object = None):
     """d0 d1 -> d0 d1 | replicate: d1   (dim=1; dim=None scans the flattened tensor: replicate)"""
     return _scan(x, dim, "cumprod")
 
 
-@gap_rule("logcumsumexp")
+@register_spmd_rule("logcumsumexp", case=gap_case(
+    "logcumsumexp", _scan_dense(lambda x, ax: np.logaddexp.accumulate(x, axis=ax), "axis"),
+    [([(4, 6)], {"axis": 0}), ([(5, 7)], {"axis": -1})]))
 def logcumsumexp(x: DistSpec, axis: object = None):
     """d0 d1 -> d0 d1 | replicate: d1   (axis=1; axis=None: replicate)"""
     return _scan(x, axis, "logcumsumexp")
 
 
-@gap_rule("repeat_interleave")
+def _repeat_interleave_dense(a):
+    axis = a.get("axis")
+    return lambda x: np.repeat(x.reshape(-1) if axis is None else x, a["repeats"],
+                               axis=0 if axis is None else int(axis) % x.ndim)
+
+
+@register_spmd_rule("repeat_interleave", case=gap_case(
+    "repeat_interleave", _repeat_interleave_dense,
+    [([(4, 5)], {"repeats": 2, "axis": 0}), ([(5, 3)], {"repeats": 3, "axis": 1}), ([(5, 3)], {"repeats": 2, "axis": 0})]))
 def repeat_interleave(x: DistSpec, repeats: int = 1, axis: object = None):
     """S(d) -> S(d) rows for every dim; the repeated dim only when it splits evenly over the mesh"""
     if axis is None:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from paddle_ext.errors import ShardingRuleError
 from paddle_ext.placements import DistSpec
-from paddle_ext.spmd.registry import Rows
+from paddle_ext.spmd.registry import Rows, register_spmd_rule
 
-from ._common import gap_rule, shard_rows
+from ._common import gap_case, shard_rows
 
 
 def _layout(x: DistSpec, data_format: str, op: str) -> tuple[list[int], list[int]]:
@@ -47,28 +49,115 @@ def _pool(x: DistSpec, kernel_size, stride, padding, ceil_mode, data_format, op)
     return Rows(shard_rows([(d, d) for d in keep]), (tuple(shape),))
 
 
-@gap_rule("max_pool2d")
+# -- ground truth: the numpy ops ---------------------------------------------------------------------
+def _spatial_dims(fmt: str, nd: int) -> list[int]:
+    c = fmt.index("C")
+    return [d for d in range(1, nd) if d != c]
+
+
+def _pool_dense(kind):
+    """Max or average pooling in numpy (NaN padding, so padded cells never count)."""
+    def make(a):
+        def f(x):
+            sp = _spatial_dims(a.get("data_format", "NCHW" if x.ndim == 4 else "NCL"), x.ndim)
+            k, s, p = a["kernel_size"], a["stride"], a["padding"]
+            outs = []   # computed here, not by the rule's pool_out_size: the truth stays independent
+            for j, d in enumerate(sp):
+                span = x.shape[d] + p[2 * j] + p[2 * j + 1] - k[j]
+                outs.append((-(-span // s[j]) if a.get("ceil_mode") else span // s[j]) + 1)
+            width = [(0, 0)] * x.ndim
+            for j, d in enumerate(sp):
+                extra = max(0, (outs[j] - 1) * s[j] + k[j] - (x.shape[d] + p[2 * j] + p[2 * j + 1]))
+                width[d] = (p[2 * j], p[2 * j + 1] + extra)
+            xp = np.pad(x.astype(np.float64), width, constant_values=np.nan)
+            shape = list(x.shape)
+            for j, d in enumerate(sp):
+                shape[d] = outs[j]
+            out = np.empty(shape)
+            for idx in np.ndindex(*[outs[j] for j in range(len(sp))]):
+                sl = [slice(None)] * x.ndim
+                for j, d in enumerate(sp):
+                    sl[d] = slice(idx[j] * s[j], idx[j] * s[j] + k[j])
+                win = xp[tuple(sl)]
+                val = np.nanmax(win, axis=tuple(sp)) if kind == "max" else np.nanmean(win, axis=tuple(sp))
+                osl = [slice(None)] * x.ndim
+                for j, d in enumerate(sp):
+                    osl[d] = idx[j]
+                out[tuple(osl)] = val
+            return out
+        return f
+    return make
+
+
+def _adaptive_dense(a):
+    def f(x):
+        sp = _spatial_dims(a.get("data_format", "NCHW"), x.ndim)
+        osz = a["output_size"]
+        shape = list(x.shape)
+        for d, o in zip(sp, osz):
+            shape[d] = o
+        out = np.empty(shape)
+        for idx in np.ndindex(*osz):
+            sl, osl = [slice(None)] * x.ndim, [slice(None)] * x.ndim
+            for j, d in enumerate(sp):
+                n = x.shape[d]
+                sl[d] = slice(math.floor(idx[j] * n / osz[j]), math.ceil((idx[j] + 1) * n / osz[j]))
+                osl[d] = idx[j]
+            out[tuple(osl)] = x[tuple(sl)].mean(axis=tuple(sp))
+        return out
+    return f
+
+
+def _nearest_dense(a):
+    def f(x):
+        out = x
+        for d, o in zip(_spatial_dims(a.get("data_format", "NCHW"), x.ndim), a["out_size"]):
+            out = np.take(out, np.floor(np.arange(o) * x.shape[d] / o).astype(int), axis=d)
+        return out
+    return f
+
+
+def _pad_dense(a):
+    def f(x):
+        width = [(0, 0)] * x.ndim
+        for j, d in enumerate(reversed(_spatial_dims(a.get("data_format", "NCHW"), x.ndim))):
+            width[d] = (a["pad"][2 * j], a["pad"][2 * j + 1])
+        mode = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}[a.get("mode", "constant")]
+        return np.pad(x, width, mode=mode)
+    return f
+
+
+_P2 = {"kernel_size": [2, 2], "stride": [2, 2], "padding": [0, 0, 0, 0]}
+_P2b = {"kernel_size": [3, 3], "stride": [2, 2], "padding": [1, 1, 1, 1]}
+
+
+# -- the rules ------------------------------------------------------------------------------------------
+@register_spmd_rule("max_pool2d", case=gap_case("max_pool2d", _pool_dense("max"),
+                                               [([(4, 3, 6, 6)], _P2), ([(3, 2, 5, 5)], dict(_P2b, ceil_mode=True))]))
 def max_pool2d(x: DistSpec, kernel_size: list[int], stride: list[int], padding: list[int],
                ceil_mode: bool = False, data_format: str = "NCHW"):
     """N C H W -> N C H' W': S(N), S(C) rows; H and W stay whole"""
     return _pool(x, kernel_size, stride, padding, ceil_mode, data_format, "max_pool2d")
 
 
-@gap_rule("avg_pool2d")
+@register_spmd_rule("avg_pool2d", case=gap_case("avg_pool2d", _pool_dense("avg"),
+                                               [([(4, 3, 6, 6)], _P2), ([(3, 2, 5, 5)], _P2b)]))
 def avg_pool2d(x: DistSpec, kernel_size: list[int], stride: list[int], padding: list[int],
                ceil_mode: bool = False, data_format: str = "NCHW"):
     """N C H W -> N C H' W': S(N), S(C) rows; H and W stay whole"""
     return _pool(x, kernel_size, stride, padding, ceil_mode, data_format, "avg_pool2d")
 
 
-@gap_rule("max_pool1d")
+@register_spmd_rule("max_pool1d", case=gap_case(
+    "max_pool1d", _pool_dense("max"), [([(4, 3, 8)], {"kernel_size": [2], "stride": [2], "padding": [0, 0]})]))
 def max_pool1d(x: DistSpec, kernel_size: list[int], stride: list[int], padding: list[int],
                ceil_mode: bool = False, data_format: str = "NCL"):
     """N C L -> N C L': S(N), S(C) rows; L stays whole"""
     return _pool(x, kernel_size, stride, padding, ceil_mode, data_format, "max_pool1d")
 
 
-@gap_rule("avg_pool1d")
+@register_spmd_rule("avg_pool1d", case=gap_case(
+    "avg_pool1d", _pool_dense("avg"), [([(3, 4, 7)], {"kernel_size": [3], "stride": [1], "padding": [1, 1]})]))
 def avg_pool1d(x: DistSpec, kernel_size: list[int], stride: list[int], padding: list[int],
                ceil_mode: bool = False, data_format: str = "NCL"):
     """N C L -> N C L': S(N), S(C) rows; L stays whole"""
@@ -85,19 +174,23 @@ def _resize(x: DistSpec, out_size, data_format: str, op: str):
     return Rows(shard_rows([(d, d) for d in keep]), (tuple(shape),))
 
 
-@gap_rule("adaptive_avg_pool2d")
+@register_spmd_rule("adaptive_avg_pool2d", case=gap_case(
+    "adaptive_avg_pool2d", _adaptive_dense, [([(4, 2, 7, 7)], {"output_size": [3, 3]})]))
 def adaptive_avg_pool2d(x: DistSpec, output_size: list[int], data_format: str = "NCHW"):
     """N C H W -> N C h w: S(N), S(C) rows"""
     return _resize(x, output_size, data_format, "adaptive_avg_pool2d")
 
 
-@gap_rule("interpolate")
+@register_spmd_rule("interpolate", case=gap_case(
+    "interpolate", _nearest_dense, [([(4, 2, 3, 3)], {"out_size": [6, 6], "mode": "nearest"})]))
 def interpolate(x: DistSpec, out_size: list[int], mode: str = "nearest", data_format: str = "NCHW"):
     """N C H W -> N C H' W': S(N), S(C) rows (any mode: each image and channel is resized alone)"""
     return _resize(x, out_size, data_format, "interpolate")
 
 
-@gap_rule("pad_nd")
+@register_spmd_rule("pad_nd", case=gap_case("pad_nd", _pad_dense,
+                                           [([(4, 3, 5, 5)], {"pad": [1, 2, 0, 1], "mode": "reflect"}),
+                                            ([(3, 4, 4, 4)], {"pad": [1, 1, 1, 1], "mode": "constant"})]))
 def pad_nd(x: DistSpec, pad: list[int], mode: str = "constant", data_format: str = "NCHW"):
     """N C H W -> N C H+t+b W+l+r: S(N), S(C) rows   (pad = [left, right, top, bottom, ...], last dim first)"""
     keep, spatial = _layout(x, data_format, "pad_nd")
