@@ -1,7 +1,8 @@
 """Paddle internals that rule dispatch needs, in one place.
 
 * Reading a DistTensor (dygraph ``paddle.Tensor`` or a PIR ``Value`` inside ``dist.to_static``):
-  :func:`is_dist`, :func:`spec_and_mesh`, :func:`local_value`.
+  :func:`is_dist`, :func:`spec_and_mesh`.
+* The handles a dygraph dispatch calls on every call, looked up once: :func:`dygraph_runtime`.
 * Building one: :func:`make_dist` (dygraph, exact global shape even for uneven shards -- measured:
   ``dtensor_from_local`` infers ``local * mesh_size``, 6 vs 4 rows for ``[5,7]`` S(0) on 2 ranks),
   :func:`static_to_local` / :func:`static_from_local` (PIR ``dist_op.dtensor_to_local`` /
@@ -13,31 +14,46 @@
 """
 from __future__ import annotations
 
-import math
-from typing import Any, Sequence
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 from ..errors import ConversionError
 from ..placements import DistSpec
+from . import fast_key
 from .convert import from_paddle_placements, mesh_shape, to_paddle_placements
 from .version import require_paddle
 
 
-_PADDLE: list = []
-
-
+@functools.cache
 def _paddle():
-    if not _PADDLE:
-        _PADDLE.append(require_paddle("paddle_ext.dispatch"))
-    return _PADDLE[0]
+    return require_paddle("paddle_ext.dispatch")
 
 
-def in_dygraph() -> bool:
-    return _paddle().in_dynamic_mode()
+@dataclass(frozen=True, slots=True)
+class DygraphRuntime:
+    """The Paddle handles a dygraph dispatch calls on every call, looked up once
+    (:func:`dygraph_runtime`)."""
+
+    tensor: type                 # paddle.Tensor
+    in_dygraph: Callable         # paddle.in_dynamic_mode
+    grad_enabled: Callable       # paddle.is_grad_enabled
+    to_local: Callable           # C++ dtensor_to_local(tensor, mesh, grad placements)
+    from_local: Callable         # C++ dtensor_from_local(local, mesh, placements)
+    owned_mesh: Callable         # (shape, process ids, dim names) -> a C++ ProcessMesh that owns its data
+    has_placements_str: bool     # Tensor._placements_str exists (Paddle 3.3): a cheap placements key
 
 
-def in_pir() -> bool:
+@functools.cache
+def dygraph_runtime() -> DygraphRuntime:
+    """The :class:`DygraphRuntime`; the first call also starts the compiled dispatch key
+    (:func:`paddle_ext.compat.fast_key.start`: loaded now if built, else built in the background)."""
     paddle = _paddle()
-    return (not paddle.in_dynamic_mode()) and bool(paddle.framework.in_pir_mode())
+    core = paddle.base.core
+    rt = DygraphRuntime(paddle.Tensor, paddle.in_dynamic_mode, paddle.is_grad_enabled, core.dtensor_to_local,
+                        core.dtensor_from_local, core.ProcessMesh, hasattr(paddle.Tensor, "_placements_str"))
+    fast_key.start()
+    return rt
 
 
 def is_tensor(obj) -> bool:
@@ -111,11 +127,6 @@ def dtype_size(obj) -> int:
 def is_float(obj) -> bool:
     name = str(obj.dtype).replace("paddle.", "")
     return "float" in name or "complex" in name
-
-
-def local_value(t):
-    """This rank's shard of a dygraph DistTensor (shares memory, no autograd link)."""
-    return t._local_value()
 
 
 def make_dist(local, mesh, placements, global_shape: Sequence[int]):
@@ -233,14 +244,6 @@ def ignore_in_dy2static() -> None:
     ccf.add_ignore_module([sys.modules[__name__.split(".")[0]]])
 
 
-def pylayer_base():
-    return _paddle().autograd.PyLayer
-
-
-def numel(shape) -> int:
-    return int(math.prod(shape))
-
-
 class Patcher:
     """Reversible attribute patches; :meth:`restore` puts back the exact original objects."""
 
@@ -269,7 +272,7 @@ class Patcher:
         return len(self._saved)
 
 
-__all__ = ["Patcher", "current_rank", "describe_mesh", "dtype_size", "ignore_in_dy2static", "in_dygraph",
-           "in_pir", "is_dist", "is_float", "is_tensor", "local_value", "make_dist", "mesh_coord", "mesh_of",
-           "paddle_has_rule", "paddle_placements_of", "pir_reshard", "pylayer_base", "replicate_dense",
-           "same_mesh", "spec_and_mesh", "static_from_local", "static_to_local"]
+__all__ = ["DygraphRuntime", "Patcher", "current_rank", "describe_mesh", "dtype_size", "dygraph_runtime",
+           "ignore_in_dy2static", "is_dist", "is_float", "is_tensor", "make_dist", "mesh_coord", "mesh_of",
+           "paddle_has_rule", "paddle_placements_of", "pir_reshard", "replicate_dense", "same_mesh", "spec_and_mesh",
+           "static_from_local", "static_to_local"]

@@ -77,11 +77,10 @@ _ACTIVE: list[AuditReport] = []
 _LOCK = threading.Lock()
 
 
-def record_dispatch(call) -> None:
-    """Called by the dispatcher for every rule-dispatched call."""
-    if _ACTIVE:
-        for rep in _ACTIVE:
-            rep.dispatched[call.op] += 1
+def record_dispatch(op: str) -> None:
+    """Called by the dispatcher for every rule-dispatched call of ``op``."""
+    for rep in _ACTIVE:
+        rep.dispatched[op] += 1
 
 
 __all__ = ["AuditEntry", "AuditReport", "record_dispatch"]

@@ -213,7 +213,7 @@ def gradient_fix_vs_local_map():
     xd, wd = paddle.to_tensor(xa), paddle.to_tensor(wa)
     xd.stop_gradient = wd.stop_gradient = False
     (paddle.matmul(xd, wd) ** 2).sum().backward()
-    from paddle_ext.dispatch import core
+    from paddle_ext.dispatch import plan_cache, route
 
     out = {}
     # "dispatch": Paddle's native autograd with dtensor_to_local(x, [P(sum)]) as the gradient
@@ -222,12 +222,11 @@ def gradient_fix_vs_local_map():
         x = dist.shard_tensor(paddle.to_tensor(xa), mesh, [dist.Replicate()])
         w = dist.shard_tensor(paddle.to_tensor(wa), mesh, [dist.Shard(1)])
         x.stop_gradient = w.stop_gradient = False
-        if variant.startswith("dispatch"):
-            core.NATIVE_AUTOGRAD = variant == "dispatch"
-            try:
+        if variant == "dispatch":
+            y = pd.dispatch("matmul", [x, w], {}, lambda t, ctx: local_linear(*t))
+        elif variant == "dispatch_pylayer":
+            with route.pylayer_only():
                 y = pd.dispatch("matmul", [x, w], {}, lambda t, ctx: local_linear(*t))
-            finally:
-                core.NATIVE_AUTOGRAD = True
         else:
             y = dist.local_map(local_linear, out_placements=[[dist.Shard(1)]],
                                in_placements=[[dist.Replicate()], [dist.Shard(1)]], process_mesh=mesh)(x, w)
@@ -238,7 +237,7 @@ def gradient_fix_vs_local_map():
             "dx_err": float(np.max(np.abs(_full(x.grad, mesh) - xd.grad.numpy()))),
             "dw_err": float(np.max(np.abs(_full(w.grad, mesh) - wd.grad.numpy()))),
             # the plan's native gradient placements (None: this call needs the PyLayer)
-            "native_hints": str(core._fast_plan(paddle, "matmul", [x, w], {}).native_hints()),
+            "native_hints": str(plan_cache.plan_for("matmul", [x, w], {}).native_hints),
         }
     return out
 
