@@ -280,6 +280,8 @@ def check_op(op: str, source: str = "ext", mesh=MESH, seed: int = 0, max_cases: 
 
 
 def known_ops(source: str = "ext") -> list[str]:
+    """The ops with a case (``source="paddle"``: those whose Paddle rule the validator can call)."""
+    load_builtin_rules()
     return sorted(o for o, c in CASES.items() if source == "ext" or c.paddle)
 
 

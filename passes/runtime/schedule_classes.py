@@ -38,15 +38,16 @@ from typing import Callable, Dict, List, Optional, Sequence
 from paddle_ext.breadcrumbs import record_action, recording
 from paddle_ext.errors import ScheduleError
 
+from ..lowering import add_send_recv
 from ..schedule_ir import Action, Kind, format_grid
+from ..schedules import SCHEDULES, get_schedule_info
+from ..validate import validate_schedule
 
 from .p2p import ensure_pair_groups
 from .split_backward import get_split_strategy
 from .stage_runtime import StageRunner
 
-__all__ = ["PipelineRuntimeError", "PipelineScheduleRuntime", "get_schedule", "schedule_class_names",
-           "ScheduleFThenB", "Schedule1F1B", "ScheduleVPP", "ScheduleInterleaved1F1B", "ScheduleLoopedBFS",
-           "ScheduleZBH1", "ScheduleZBH2", "ScheduleZBV", "ScheduleDualPipeV", "ScheduleInterleavedZB"]
+__all__ = ["PipelineRuntimeError", "PipelineScheduleRuntime", "get_schedule", "schedule_class_names"]
 
 _BACKWARD_KINDS = frozenset({Kind.B, Kind.I, Kind.W, Kind.SEND_B, Kind.RECV_B})
 
@@ -129,8 +130,6 @@ class PipelineScheduleRuntime:
         if name is None:
             raise ScheduleError("PipelineScheduleRuntime needs a schedule: use get_schedule(name)(...) or pass "
                                 "schedule_name=")
-        from ..schedules import get_schedule_info
-
         self.info = get_schedule_info(name)
         self._stages = list(stages) if isinstance(stages, (list, tuple)) else [stages]
         self._n_microbatches = n_microbatches
@@ -164,8 +163,6 @@ class PipelineScheduleRuntime:
     # --------------------------------------------------------------------------- planning
     def _plan(self) -> None:
         from paddle_ext.compat.pipelining import is_pipeline_stage
-        from ..lowering import add_send_recv
-        from ..validate import validate_schedule
 
         name, stages, m = self.info.name, self._stages, self._n_microbatches
         if not stages:
@@ -344,40 +341,27 @@ class PipelineScheduleRuntime:
         return format_grid(self.pipeline_order)
 
 
-def _make(class_name: str, schedule_name: str, doc: str):
-    return type(class_name, (PipelineScheduleRuntime,), {"SCHEDULE_NAME": schedule_name, "__doc__": doc,
-                                                          "__module__": __name__})
+def _make(class_name: str, info) -> type:
+    return type(class_name, (PipelineScheduleRuntime,), {"SCHEDULE_NAME": info.name, "__module__": __name__,
+                                                          "__doc__": f"{info.name}: {info.summary}."})
 
 
-ScheduleFThenB = _make("ScheduleFThenB", "FThenB", "GPipe: all forwards, then all backwards (one stage per rank).")
-Schedule1F1B = _make("Schedule1F1B", "1F1B", "1F1B / PipeDream-Flush (one stage per rank).")
-ScheduleVPP = _make("ScheduleVPP", "VPP", "Interleaved 1F1B over v looped stages per rank.")
-ScheduleInterleaved1F1B = ScheduleVPP
-ScheduleLoopedBFS = _make("ScheduleLoopedBFS", "LoopedBFS", "Breadth-first over v looped stages per rank.")
-ScheduleZBH1 = _make("ScheduleZBH1", "ZBH1", "Zero bubble H1: split backward, W deferred, 1F1B memory.")
-ScheduleZBH2 = _make("ScheduleZBH2", "ZBH2", "Zero bubble H2: split backward, more warm-up, about 2x 1F1B memory.")
-ScheduleZBV = _make("ScheduleZBV", "ZBV", "Zero bubble V: two stages per rank in a V (r and 2p-1-r).")
-ScheduleDualPipeV = _make("ScheduleDualPipeV", "DualPipeV", "DeepSeek's DualPipeV order on a V placement.")
-ScheduleInterleavedZB = _make("ScheduleInterleavedZB", "InterleavedZB",
-                              "Interleaved 1F1B with split backward, W deferred (looped placement).")
-
-_CLASSES = {c.SCHEDULE_NAME: c for c in (ScheduleFThenB, Schedule1F1B, ScheduleVPP, ScheduleLoopedBFS, ScheduleZBH1,
-                                         ScheduleZBH2, ScheduleZBV, ScheduleDualPipeV, ScheduleInterleavedZB)}
+# One class per row of the schedule table (paddle_ext.passes.schedules.SCHEDULES), named
+# ``Schedule<name>`` as Paddle names its classes, plus one per alias (torch's names: ScheduleGPipe,
+# ScheduleInterleaved1F1B, ...). A schedule added to the table gets its class here with no edit.
+_CLASSES: Dict[str, type] = {info.name: _make(f"Schedule{info.name}", info) for info in SCHEDULES.values()}
+_ALIAS_CLASSES: Dict[str, type] = {f"Schedule{alias}": _CLASSES[info.name]
+                                   for info in SCHEDULES.values() for alias in info.aliases}
+globals().update({cls.__name__: cls for cls in _CLASSES.values()})
+globals().update(_ALIAS_CLASSES)
+__all__ += [cls.__name__ for cls in _CLASSES.values()] + list(_ALIAS_CLASSES)
 
 
 def get_schedule(name: str) -> type:
     """The schedule class for ``name`` (case-insensitive; aliases such as GPipe, Interleaved1F1B work)."""
-    from ..schedules import get_schedule_info
-
-    info = get_schedule_info(name)
-    cls = _CLASSES.get(info.name)
-    if cls is None:  # a generator added later gets a class on the fly
-        cls = _CLASSES[info.name] = _make(f"Schedule{info.name}", info.name, info.summary)
-    return cls
+    return _CLASSES[get_schedule_info(name).name]
 
 
 def schedule_class_names() -> tuple:
     """The canonical schedule names that have a class (every IR generator)."""
-    from ..schedules import schedule_names
-
-    return tuple(schedule_names())
+    return tuple(_CLASSES)

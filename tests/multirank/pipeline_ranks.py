@@ -182,6 +182,7 @@ def run_pp_tp(names, m=4, steps=2, lr=0.1):
     import paddle.nn.functional as F
 
     from paddle_ext.passes.runtime import get_schedule, pipeline_group, split_model, stage_indices
+    from paddle_ext.passes.schedules import get_schedule_info
 
     class TPBlock(nn.Layer):
         def __init__(self):
@@ -198,7 +199,7 @@ def run_pp_tp(names, m=4, steps=2, lr=0.1):
     pp_rank = rank // 2
     out = []
     for name in names:
-        v = 2 if name in ("ZBV", "DualPipeV", "VPP", "LoopedBFS", "InterleavedZB") else 1
+        v = get_schedule_info(name).default_chunks   # 2 for the V and looped schedules, else 1
         n_stages = 2 * v
         paddle.seed(11)
         ref_blocks = [TPBlock() for _ in range(n_stages)]

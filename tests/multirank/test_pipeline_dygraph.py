@@ -8,16 +8,16 @@ import pytest
 
 import pipeline_ranks as pr
 from paddle_ext.errors import ScheduleError
-from paddle_ext.passes.schedules import generate_schedule, schedule_names
+from paddle_ext.passes.schedules import generate_schedule, get_schedule_info, schedule_names
 from paddle_ext.testing import run_ranks
 
 pytestmark = pytest.mark.multirank
 
 TOL = 1e-5
 NAMES = schedule_names()
-CHUNKS = {"FThenB": 1, "1F1B": 1, "ZBH1": 1, "ZBH2": 1, "VPP": 2, "LoopedBFS": 2, "InterleavedZB": 2, "ZBV": 2,
-          "DualPipeV": 2}
-LOOPED = ("VPP", "LoopedBFS", "InterleavedZB")
+CHUNKS = {n: get_schedule_info(n).default_chunks for n in NAMES}
+# the schedules that place several stages per rank by default but also run with one (the looped ones)
+LOOPED = tuple(n for n in NAMES if CHUNKS[n] > 1 and get_schedule_info(n).valid_sizes(2, 4, 1))
 
 
 def _grid(p, mlp_mbs, transformer_mbs):

@@ -476,7 +476,7 @@ ROWS: tuple[Row, ...] = (
         'paddle-ext rules explain reshape --shape 4x6 --placements "[S(0)]" --attr shape=[5,-1]', "exit 2",
         "paddle-ext rules: error: reshape: cannot infer -1 in [5, -1] for an input of shape [4, 6]"),
     Row("cli-check-unknown", "CLI", "paddle-ext rules check nosuchop", "exit 2",
-        "paddle-ext rules: error: the validator knows no op 'nosuchop'; known: abs, add,"),
+        "paddle-ext rules: error: the validator knows no op 'nosuchop'; known: abs, adaptive_avg_pool2d, add,"),
     Row("cli-audit-script", "CLI", "paddle-ext audit no_such_script.py", "exit 2",
         "paddle-ext audit: error: audit: no such script 'no_such_script.py'; give the path of a Python file to run"),
     Row("cli-smoke-nproc", "CLI", "paddle-ext smoke --nproc 0", "exit 2",

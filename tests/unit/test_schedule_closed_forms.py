@@ -42,8 +42,9 @@ def skew_bound(p, m, v):
 
 
 def closed_form(name, p, m, v):
-    """``(makespan, peaks per rank, source)`` by hand, or ``None`` where (p, m, v) is outside the
-    formula's range. ``None`` inside the tuple means "no closed form for this figure"."""
+    """``(makespan, peaks per rank, source)`` by hand for sizes the generator accepts (ask
+    ``get_schedule_info(name).valid_sizes``), or ``None`` where (p, m, v) is outside the formula's
+    range. ``None`` inside the tuple means "no closed form for this figure"."""
     ranks = range(p)
     if name == "FThenB":
         # GPipe (Huang et al., 2019): the forward wave takes (m+p-1) F, the backward wave (m+p-1) B;
@@ -56,8 +57,6 @@ def closed_form(name, p, m, v):
         # never more than m.
         return (m + p - 1) * (F + B), tuple(min(p - r, m) for r in ranks), "Narayanan et al. 2021, 1F1B"
     if name == "VPP":
-        if m % p:
-            return None
         # Interleaved 1F1B (Narayanan et al., SC'21, sec. 2.2.2): bubble (p-1)(t_f+t_b)/v where
         # t_f, t_b are a rank's whole-model times, i.e. (p-1)(F+B) in chunk units; work v m (F+B).
         # Warm-up forwards of rank r (Megatron-LM's interleaved schedule): 2(p-1-r) + (v-1)p
@@ -99,8 +98,6 @@ def closed_form(name, p, m, v):
         # has 2p-1 forwards of stage 0 to run before it: m >= 2p-1. Flushed: skew_bound.
         return skew_bound(p, m, 2), tuple(2 * p for _ in ranks), "Qi et al. 2023, ZB-V"
     if name == "DualPipeV":
-        if m < 2 * p:
-            return None
         # DualPipe README / DeepSeek-V3 report Table 2, "based on the same number of PP stages":
         # DualPipeV runs PP stages on PP/2 devices, so PP = 2p; activation per device PP + 1 =
         # 2p + 1 chunk activations. Bubble (PP/2-1)(F&B + B - 3W) = (p-1)(F&B + B - 3W) counts an
@@ -110,8 +107,6 @@ def closed_form(name, p, m, v):
         # reaches the floor (the figure docs/schedules.md states).
         return skew_bound(p, m, 2), tuple(2 * p + 1 for _ in ranks), "DeepSeek-V3 Table 2, DualPipe(V)"
     if name == "InterleavedZB":
-        if m % p:
-            return None
         # INVARIANT / derived from the schedule's own definition (no published closed form):
         # VPP's order (warm-up w_r as above) with B split and the W of the k-th I run after the
         # (k+r)-th I, as ZB-H1 does. Counting F's minus W's along that order: after the warm-up
@@ -258,12 +253,11 @@ def test_every_schedule_has_a_check():
 # --------------------------------------------------------------------------- the formulas vs the simulator
 def grid():
     for name in schedule_names():
-        several = name in ("VPP", "LoopedBFS", "InterleavedZB")  # any v >= 1
-        chunks = (1, 2, 3) if several else (get_schedule_info(name).default_chunks,)
+        info = get_schedule_info(name)
         for p in (1, 2, 3, 5):
             for m in sorted({p, 2 * p - 1, 2 * p, 2 * p + 1, 3 * p}):
-                for v in chunks:
-                    if m >= 1 and closed_form(name, p, m, v) is not None:
+                for v in (1, 2, 3):
+                    if m >= 1 and info.valid_sizes(p, m, v) and closed_form(name, p, m, v) is not None:
                         yield name, p, m, v
 
 
