@@ -2,7 +2,7 @@
 
 A *schedule* is ``dict[rank, list[Action | None]]``: for every pipeline rank, the ordered list of
 what that rank does. ``None`` is an idle slot; it exists so that CSV files written by
-``torch.distributed.pipelining`` load unchanged. Only the order of a rank's actions matters to
+``torch.distributed.pipelining`` keep their layout. Only the order of a rank's actions matters to
 the validator, the lowering and the simulator, never the slot an action sits in.
 
 An :class:`Action` is ``(stage, kind, microbatch)`` and prints as ``2F0``:
@@ -12,7 +12,16 @@ An :class:`Action` is ``(stage, kind, microbatch)`` and prints as ``2F0``:
 * communication kinds, added by :func:`paddle_ext.passes.lowering.add_send_recv`:
   ``SEND_F``/``RECV_F`` move an activation from stage ``s`` to ``s + 1``; ``SEND_B``/``RECV_B``
   move an input gradient from stage ``s`` to ``s - 1``. The stage of a communication action is
-  the local stage: ``0SEND_F3`` is paired with ``1RECV_F3``, ``2SEND_B3`` with ``1RECV_B3``.
+  the local stage: ``0SEND_F3`` is paired with ``1RECV_F3``, ``2SEND_B3`` with ``1RECV_B3``;
+* named no-ops (:data:`NOOP_KINDS`), torch's FSDP actions that paddle-ext reads, keeps and
+  writes back but does not run: ``UNSHARD``, ``RESHARD``, ``REDUCE_GRAD``, printed without a
+  microbatch (``1UNSHARD``) as torch prints them;
+* the overlap mark ``OVERLAP_F_B`` (DualPipe): torch writes an overlapped forward/backward pair
+  as one cell ``(0F7;7B3)OVERLAP_F_B``. Reading expands the cell into the mark
+  ``Action(0, Kind.OVERLAP_F_B, None)`` (stage of the first action, no microbatch) followed by
+  the pair's two actions; writing folds a mark and the two actions after it back into one cell.
+  The simulator times a marked pair as one slot (see ``overlap`` in
+  :func:`paddle_ext.passes.simulate.simulate_schedule`); everything else sees two actions.
 
 >>> a = Action.from_str("1I3")
 >>> a, str(a)
@@ -22,6 +31,10 @@ True
 >>> schedule = {0: [Action.from_str(t) for t in "0F0 0F1 0B0 0B1".split()], 1: [None]}
 >>> schedule_from_csv(schedule_to_csv(schedule)) == schedule
 True
+>>> parse_cell("(0F7;7B3)OVERLAP_F_B")
+[Action(stage=0, kind='OVERLAP_F_B', microbatch=None), Action(stage=0, kind='F', microbatch=7), Action(stage=7, kind='B', microbatch=3)]
+>>> schedule_to_csv({0: parse_cell("(0F7;7B3)OVERLAP_F_B") + [Action.from_str("0UNSHARD")]})
+'(0F7;7B3)OVERLAP_F_B,0UNSHARD\\r\\n'
 >>> print(format_grid({0: schedule[0], 1: [None, Action(1, Kind.F, 0)]}))
 step    0   1   2   3
 rank 0  0F0 0F1 0B0 0B1
@@ -38,7 +51,8 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
 from paddle_ext.errors import ScheduleError
 
 __all__ = [
-    "Kind", "Action", "Schedule", "COMPUTE_KINDS", "COMM_KINDS", "parse_action",
+    "Kind", "Action", "Schedule", "COMPUTE_KINDS", "COMM_KINDS", "NOOP_KINDS", "RUN_KINDS", "parse_action",
+    "parse_cell", "overlap_mark",
     "format_grid", "format_schedule", "parse_schedule", "schedule_to_csv", "schedule_from_csv",
     "dump_csv", "load_csv", "compute_only",
 ]
@@ -55,6 +69,10 @@ class Kind(str, Enum):
     RECV_F = "RECV_F"
     SEND_B = "SEND_B"
     RECV_B = "RECV_B"
+    UNSHARD = "UNSHARD"
+    RESHARD = "RESHARD"
+    REDUCE_GRAD = "REDUCE_GRAD"
+    OVERLAP_F_B = "OVERLAP_F_B"
 
     def __str__(self) -> str:
         return self.value
@@ -65,11 +83,19 @@ class Kind(str, Enum):
 
 COMPUTE_KINDS = frozenset({Kind.F, Kind.B, Kind.I, Kind.W})
 COMM_KINDS = frozenset({Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B})
+#: torch's FSDP actions: read, kept in place and written back, never run (zero time, no data)
+NOOP_KINDS = frozenset({Kind.UNSHARD, Kind.RESHARD, Kind.REDUCE_GRAD})
+#: what validation, lowering and timing see; the rest (no-ops, overlap marks) only annotate
+RUN_KINDS = COMPUTE_KINDS | COMM_KINDS
 
-# longest kinds first so that "SEND_F" is not read as "S" + ...; digits on both sides
-_ACTION_RE = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|F|B|I|W)(\d+)")
+# longest kinds first so that "SEND_F" is not read as "S" + ...; the microbatch is optional in
+# the text (torch prints "1UNSHARD") and required by the kinds that work on one microbatch
+_ACTION_RE = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD|OVERLAP_F_B|F|B|I|W)(\d*)")
+_OVERLAP_RE = re.compile(r"\((.*)\)OVERLAP_F_B")
 _ACTION_FORMAT_HINT = ("an action should be formatted as [stage][kind][microbatch], e.g. 2F0 or "
-                       "1SEND_F3; kinds are F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B")
+                       "1SEND_F3; kinds are F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B (with a microbatch), "
+                       "UNSHARD, RESHARD, REDUCE_GRAD (without one, e.g. 1UNSHARD), and a CSV cell may hold "
+                       "an overlapped pair (0F7;7B3)OVERLAP_F_B")
 
 
 class Action(NamedTuple):
@@ -82,10 +108,10 @@ class Action(NamedTuple):
 
     stage: int
     kind: Kind
-    microbatch: int
+    microbatch: Optional[int]  # None only for no-ops and overlap marks
 
     def __str__(self) -> str:
-        return f"{self.stage}{self.kind.value}{self.microbatch}"
+        return f"{self.stage}{self.kind.value}{'' if self.microbatch is None else self.microbatch}"
 
     @property
     def is_compute(self) -> bool:
@@ -93,12 +119,18 @@ class Action(NamedTuple):
 
     @staticmethod
     def from_str(text: str) -> "Action":
-        """Parse ``2F0``-style text (the inverse of ``str``); raise :class:`ScheduleError` if malformed."""
+        """Parse ``2F0``-style text (the inverse of ``str``); raise :class:`ScheduleError` if malformed.
+        An overlapped pair is a cell of several actions: read it with :func:`parse_cell`."""
         match = _ACTION_RE.fullmatch(text.strip()) if isinstance(text, str) else None
         if match is None:
-            raise ScheduleError(f"invalid action {text!r}: {_ACTION_FORMAT_HINT}")
+            pair = isinstance(text, str) and _OVERLAP_RE.fullmatch(text.strip())
+            hint = " (this cell holds two actions: read it with parse_cell)" if pair else ""
+            raise ScheduleError(f"invalid action {text!r}{hint}: {_ACTION_FORMAT_HINT}")
         stage, kind, microbatch = match.groups()
-        return Action(int(stage), Kind(kind), int(microbatch))
+        kind = Kind(kind)
+        if not microbatch and kind in RUN_KINDS:
+            raise ScheduleError(f"invalid action {text!r}: {_ACTION_FORMAT_HINT}; {kind.value} needs a microbatch")
+        return Action(int(stage), kind, int(microbatch) if microbatch else None)
 
 
 Schedule = Dict[int, List[Optional[Action]]]
@@ -111,9 +143,53 @@ def parse_action(text: str) -> Optional[Action]:
     return Action.from_str(text)
 
 
+def overlap_mark(first: Action) -> Action:
+    """The mark that makes ``first`` and the action after it one overlapped F&B slot."""
+    return Action(first.stage, Kind.OVERLAP_F_B, None)
+
+
+def parse_cell(text: str) -> List[Optional[Action]]:
+    """The actions of one CSV cell or text token: ``[None]`` for a blank cell, ``[action]``, or for
+    torch's ``(0F7;7B3)OVERLAP_F_B`` the mark and the pair (two compute actions, an ``F`` and a
+    backward of another stage), as :func:`overlap_mark` makes them."""
+    match = _OVERLAP_RE.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        return [parse_action(text)]
+    pair = [Action.from_str(part) for part in match.group(1).split(";")]
+    kinds = sorted(a.kind.value for a in pair)
+    if len(pair) != 2 or kinds not in (["B", "F"], ["F", "I"]) or pair[0].stage == pair[1].stage:
+        raise ScheduleError(f"invalid overlapped pair {text!r}: OVERLAP_F_B holds two actions, a forward and a "
+                            f"backward (B or I) of two different stages, e.g. (0F7;7B3)OVERLAP_F_B")
+    return [overlap_mark(pair[0])] + pair
+
+
+def _is_pair(actions: Sequence[Optional[Action]], i: int) -> bool:
+    """True if ``actions[i]`` is a mark that :func:`parse_cell` would make for the two after it."""
+    if i + 2 >= len(actions):
+        return False
+    mark, first, second = actions[i], actions[i + 1], actions[i + 2]
+    return (first is not None and second is not None and mark == overlap_mark(first)
+            and first.kind in COMPUTE_KINDS and second.kind in COMPUTE_KINDS)
+
+
+def _cells(actions: Sequence[Optional[Action]], idle: str) -> List[str]:
+    """Text cells of one rank: a mark and its pair fold into ``(a;b)OVERLAP_F_B``."""
+    cells, i, n = [], 0, len(actions)
+    while i < n:
+        a = actions[i]
+        if a is not None and a.kind is Kind.OVERLAP_F_B and _is_pair(actions, i):
+            cells.append(f"({actions[i + 1]};{actions[i + 2]})OVERLAP_F_B")
+            i += 3
+            continue
+        cells.append(idle if a is None else str(a))
+        i += 1
+    return cells
+
+
 def compute_only(schedule: Mapping[int, Sequence[Optional[Action]]]) -> Schedule:
-    """The schedule without communication actions and idle slots (undoes a lowering)."""
-    return {rank: [a for a in actions if a is not None and a.kind in COMPUTE_KINDS]
+    """The schedule without communication actions, no-ops and idle slots (undoes a lowering);
+    overlap marks stay, they belong to the compute order."""
+    return {rank: [a for a in actions if a is not None and (a.kind in COMPUTE_KINDS or a.kind is Kind.OVERLAP_F_B)]
             for rank, actions in schedule.items()}
 
 
@@ -183,7 +259,7 @@ def format_schedule(schedule: Mapping[int, Sequence[Optional[Action]]]) -> str:
     """
     lines = []
     for rank in sorted(schedule):
-        cells = " ".join("-" if a is None else str(a) for a in schedule[rank])
+        cells = " ".join(_cells(schedule[rank], "-"))
         lines.append(f"rank {rank}: {cells}".rstrip())
     return "\n".join(lines)
 
@@ -204,44 +280,47 @@ def parse_schedule(text: str) -> Schedule:
         if rank in schedule:
             raise ScheduleError(f"line {lineno}: rank {rank} appears twice; give each rank one line")
         try:
-            schedule[rank] = [None if tok == "-" else Action.from_str(tok) for tok in body.split()]
+            schedule[rank] = [a for tok in body.split() for a in ([None] if tok == "-" else parse_cell(tok))]
         except ScheduleError as exc:
             raise ScheduleError(f"line {lineno} (rank {rank}): {exc}") from None
     return schedule
 
 
 # ------------------------------------------------------------------------------------------ CSV
-def schedule_to_csv(schedule: Mapping[int, Sequence[Optional[Action]]]) -> str:
+def schedule_to_csv(schedule: Mapping[int, Sequence[Optional[Action]]], line_terminator: str = "\r\n") -> str:
     """CSV text in torch.distributed.pipelining's layout: row i = rank i, one action per cell,
-    empty cell = idle. Ranks must be 0..n-1 (a missing rank is written as an empty row)."""
+    empty cell = idle, a marked overlapped pair in one ``(a;b)OVERLAP_F_B`` cell. Ranks must be
+    0..n-1 (a missing rank is written as an empty row). Lines end as torch's ``csv.writer`` ends
+    them (``\\r\\n``) unless ``line_terminator`` says otherwise (``"\\n"`` for a file saved that way)."""
     ranks = sorted(schedule)
     if ranks and (ranks[0] < 0 or not all(isinstance(r, int) for r in ranks)):
         raise ScheduleError(f"CSV rows are ranks 0..n-1, got ranks {ranks}; renumber the ranks from 0")
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = csv.writer(out, lineterminator=line_terminator)
     for rank in range(ranks[-1] + 1 if ranks else 0):
-        writer.writerow(["" if a is None else str(a) for a in schedule.get(rank, [])])
+        writer.writerow(_cells(schedule.get(rank, []), ""))
     return out.getvalue()
 
 
 def schedule_from_csv(text: str) -> Schedule:
-    """Parse CSV written by :func:`schedule_to_csv` or torch's ``_dump_csv`` (row = rank)."""
+    """Parse CSV written by :func:`schedule_to_csv` or torch's ``_dump_csv`` (row = rank), every
+    token torch writes included; :func:`schedule_to_csv` gives the same text back."""
     schedule: Schedule = {}
     for rank, row in enumerate(csv.reader(io.StringIO(text))):
         actions: List[Optional[Action]] = []
         for step, cell in enumerate(row):
             try:
-                actions.append(parse_action(cell))
+                actions.extend(parse_cell(cell))
             except ScheduleError as exc:
                 raise ScheduleError(f"CSV row {rank} (rank {rank}), column {step}: {exc}") from None
         schedule[rank] = actions
     return schedule
 
 
-def dump_csv(schedule: Mapping[int, Sequence[Optional[Action]]], path: str) -> None:
+def dump_csv(schedule: Mapping[int, Sequence[Optional[Action]]], path: str, line_terminator: str = "\r\n") -> None:
     """Write :func:`schedule_to_csv` to ``path``."""
     with open(path, "w", newline="", encoding="utf-8") as stream:
-        stream.write(schedule_to_csv(schedule))
+        stream.write(schedule_to_csv(schedule, line_terminator))
 
 
 def load_csv(path: str) -> Schedule:

@@ -13,6 +13,16 @@ Model (all pure Python, no devices):
   rank's own ``RECV``. With ``blocking_sends=True`` (default, like gloo) a send and its receive
   are a rendezvous: both wait until the other is posted; the sender is released at the meeting
   time, the receiver ``comm_latency`` later. With ``blocking_sends=False`` a send never waits.
+* Two runtime models for a receive (``recv``): ``"blocking"`` (default, and what torch's step
+  simulator does) runs it where it sits, the rank waiting until the data is there; ``"early"``
+  posts it where it sits without waiting (as torch's runtime posts an ``irecv``) and the compute
+  that needs the data waits for it. With blocking sends an early-posted receive still meets its
+  send: the sender is released when both are posted, the data lands ``comm_latency`` later.
+* Overlapped F&B pairs (an ``OVERLAP_F_B`` mark before two actions, as in DualPipe; see
+  :mod:`~paddle_ext.passes.schedule_ir`) with ``overlap="max"`` (default) or ``"sum"`` start
+  together once both inputs are there and both end one slot later, the slot lasting ``max(F, B)``
+  or ``F + B``; ``"off"`` runs them one after the other. ``busy`` counts the slot, so ``idle``
+  is DualPipe's bubble. No-ops (``UNSHARD``, ``RESHARD``, ``REDUCE_GRAD``) take no time.
 * Activation memory: an ``F`` adds one activation of its stage on its rank; it stays live until
   the ``W`` (split backward) or the ``B`` (full backward) of that stage and microbatch frees it.
   ``I`` frees nothing in this model (it is conservative: the input-gradient part is not credited).
@@ -43,108 +53,35 @@ rank 1  >1F1< 1B1   1F0 1B0   <-- here: 1F1 needs 0F1 (rank 0), which has not ru
 """
 from __future__ import annotations
 
-from collections import Counter, deque
-from dataclasses import dataclass
+from collections import deque
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from paddle_ext.errors import ScheduleError
-from .schedule_ir import COMPUTE_KINDS, Action, Kind, format_grid
+from .schedule_ir import Action, Kind, format_grid
+from .sim_model import (OVERLAP_MODELS, RECV_MODELS, Costs, SimulationResult, build_result, check_latency,
+                        coerce_costs)
 from .structure import ScheduleShape, check_structure
 
-__all__ = ["Costs", "SimulationResult", "simulate_schedule"]
+__all__ = ["Costs", "SimulationResult", "simulate_schedule", "RECV_MODELS", "OVERLAP_MODELS"]
+
+# the old private names, used by the lowering
+_coerce_costs, _check_latency = coerce_costs, check_latency
 
 KF, KB, KI, KW = Kind.F, Kind.B, Kind.I, Kind.W
 SEND_F, RECV_F, SEND_B, RECV_B = Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B
-
-
-@dataclass(frozen=True)
-class Costs:
-    """Time of one action of each compute kind (any unit); ``full_backward`` defaults to I + W."""
-
-    forward: float = 1.0
-    backward_input: float = 1.0
-    backward_weight: float = 1.0
-    full_backward: Optional[float] = None
-
-    def __post_init__(self):
-        for name in ("forward", "backward_input", "backward_weight", "full_backward"):
-            value = getattr(self, name)
-            if value is not None and not (isinstance(value, (int, float)) and value >= 0):
-                raise ScheduleError(f"cost {name}={value!r} must be a number >= 0")
-
-    @property
-    def backward(self) -> float:
-        return self.backward_input + self.backward_weight if self.full_backward is None else self.full_backward
-
-    def of(self, kind: Kind) -> float:
-        return {KF: self.forward, KB: self.backward, KI: self.backward_input, KW: self.backward_weight}.get(kind, 0.0)
-
-    @classmethod
-    def parse(cls, text: str) -> "Costs":
-        """``"F,B,W"`` as on the command line, B being the input-backward (I) cost; full B = B + W.
-
-        >>> Costs.parse("1,2,1").backward
-        3.0
-        """
-        try:
-            values = [float(x) for x in text.split(",")]
-        except ValueError:
-            values = []
-        if len(values) != 3:
-            raise ScheduleError(f"costs {text!r} should be three numbers F,B,W (B = backward for inputs), e.g. 1,1,1")
-        return cls(*values)
-
-
-@dataclass(frozen=True)
-class SimulationResult:
-    """Timing and memory of a simulated schedule. ``actions[i]``/``starts[i]``/``ends[i]`` are
-    aligned per rank ``ranks[i]`` (idle slots dropped); times include communication waits."""
-
-    ranks: Tuple[int, ...]
-    actions: Tuple[Tuple[Action, ...], ...]
-    starts: Tuple[Tuple[float, ...], ...]
-    ends: Tuple[Tuple[float, ...], ...]
-    makespan: float
-    busy: Tuple[float, ...]
-    spans: Tuple[float, ...]
-    peak_activations: Tuple[int, ...]
-    peak_activation_bytes: Tuple[float, ...]
-
-    @property
-    def ideal(self) -> float:
-        return max(self.busy) if self.busy else 0.0
-
-    @property
-    def bubble_ratio(self) -> float:
-        total = len(self.ranks) * self.makespan
-        return 1.0 - sum(self.busy) / total if total else 0.0
-
-    @property
-    def bubble_vs_ideal(self) -> float:
-        return (self.makespan - self.ideal) / self.ideal if self.ideal else 0.0
-
-    @property
-    def steady_bubble_vs_ideal(self) -> float:
-        return (max(self.spans) - self.ideal) / self.ideal if self.ideal else 0.0
-
-    def timed(self, index: int):
-        """``(action, start, end)`` of the rank at ``index`` (of ``ranks``), in order."""
-        return zip(self.actions[index], self.starts[index], self.ends[index])
-
-    def summary(self) -> dict:
-        """The figures as plain JSON-ready values."""
-        return {"makespan": self.makespan, "ideal": self.ideal, "bubble_ratio": self.bubble_ratio,
-                "bubble_vs_ideal": self.bubble_vs_ideal, "steady_bubble_vs_ideal": self.steady_bubble_vs_ideal,
-                "busy": list(self.busy), "peak_activations": list(self.peak_activations),
-                "peak_activation_bytes": list(self.peak_activation_bytes)}
+MARK = Kind.OVERLAP_F_B
 
 
 def simulate_schedule(schedule: Mapping[int, Sequence[Optional[Action]]], costs: Union[Costs, Mapping, None] = None,
                       comm_latency: float = 0.0, activation_bytes: Union[float, Mapping[int, float]] = 1.0, *,
                       blocking_sends: bool = True, n_stages: Optional[int] = None,
                       n_microbatches: Optional[int] = None,
-                      stage_costs: Optional[Mapping[int, Union[Costs, Mapping]]] = None) -> SimulationResult:
+                      stage_costs: Optional[Mapping[int, Union[Costs, Mapping]]] = None,
+                      recv: str = "blocking", overlap: str = "max") -> SimulationResult:
     """Simulate ``schedule`` (compute-only or lowered) and return its :class:`SimulationResult`.
+
+    ``recv`` (``"blocking"`` or ``"early"``) and ``overlap`` (``"max"``, ``"sum"`` or ``"off"``)
+    choose the runtime model (module docstring); ``recv`` only matters for a lowered schedule.
 
     ``costs`` is a :class:`Costs` or a dict like ``{"F": 1, "I": 1, "W": 1, "B": 2}``;
     ``stage_costs`` optionally maps stage index -> costs of that stage (the others use ``costs``);
@@ -165,45 +102,26 @@ def simulate_schedule(schedule: Mapping[int, Sequence[Optional[Action]]], costs:
         if bad:
             raise ScheduleError(f"stage_costs has stages {bad} that the schedule does not have "
                                 f"(stages 0..{shape.n_stages - 1})")
-        per_stage = {s: _coerce_costs(c) for s, c in stage_costs.items()}
-    return run_simulation(schedule, shape, _coerce_costs(costs), comm_latency, activation_bytes, blocking_sends,
-                          per_stage)
-
-
-def _coerce_costs(costs) -> Costs:
-    if costs is None:
-        return Costs()
-    if isinstance(costs, Costs):
-        return costs
-    if isinstance(costs, Mapping):
-        unknown = set(costs) - {"F", "B", "I", "W"}
-        if unknown:
-            raise ScheduleError(f"unknown cost keys {sorted(unknown)}; use F, I, W and optionally B")
-        return Costs(costs.get("F", 1.0), costs.get("I", 1.0), costs.get("W", 1.0), costs.get("B"))
-    raise ScheduleError(f"costs must be a Costs or a dict of F/I/W/B, got {costs!r}")
-
-
-def _check_latency(comm_latency) -> float:
-    """``comm_latency`` as a float >= 0, or :class:`ScheduleError` naming it."""
-    try:
-        lat = float(comm_latency)
-    except (TypeError, ValueError):
-        lat = float("nan")
-    if isinstance(comm_latency, bool) or not lat >= 0 or lat == float("inf"):
-        raise ScheduleError(f"comm_latency={comm_latency!r} must be a number >= 0 (the time a message takes "
-                            f"from one rank to the next; 0 for free communication)")
-    return lat
+        per_stage = {s: coerce_costs(c) for s, c in stage_costs.items()}
+    return run_simulation(schedule, shape, coerce_costs(costs), comm_latency, activation_bytes, blocking_sends,
+                          per_stage, recv=recv, overlap=overlap)
 
 
 def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: float = 0.0,
                    activation_bytes: Union[float, Mapping[int, float]] = 1.0,
-                   blocking_sends: bool = True, stage_costs: Optional[Mapping[int, Costs]] = None) -> SimulationResult:
+                   blocking_sends: bool = True, stage_costs: Optional[Mapping[int, Costs]] = None, *,
+                   recv: str = "blocking", overlap: str = "max") -> SimulationResult:
     """The simulator proper, for a schedule already checked by ``check_structure``.
 
     Ranks are advanced one at a time, each as far as its inputs allow; a rank that must wait is
     parked on what it waits for and woken when that happens, so every action is handled about
     once. An input is indexed ``stage * n_microbatches + microbatch``.
     """
+    if recv not in RECV_MODELS:
+        raise ScheduleError(f"recv={recv!r}: the receive model is one of {', '.join(RECV_MODELS)}")
+    if overlap not in OVERLAP_MODELS:
+        raise ScheduleError(f"overlap={overlap!r}: overlapped F&B pairs are timed as one of "
+                            f"{', '.join(OVERLAP_MODELS)}")
     ranks = tuple(sorted(schedule))
     lists = [[a for a in schedule[r] if a is not None] for r in ranks]
     index_of = {r: i for i, r in enumerate(ranks)}
@@ -221,21 +139,24 @@ def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: f
     cost_b = [float(c.backward) for c in of_stage]
     cost_i = [float(c.backward_input) for c in of_stage]
     cost_w = [float(c.backward_weight) for c in of_stage]
-    lat = _check_latency(comm_latency)
+    lat = check_latency(comm_latency)
+    early, pair_slot = recv == "early", (None if overlap == "off" else (max if overlap == "max" else _add))
     size = n_stages * n_mb
     f_end: List[Optional[float]] = [None] * size  # F(s, mb) finished (on its rank)
     g_end: List[Optional[float]] = [None] * size  # B or I(s, mb) finished: the input grad of s exists
-    got_f: List[Optional[float]] = [None] * size  # RECV_F(s, mb) finished on the rank of s
-    got_b: List[Optional[float]] = [None] * size  # RECV_B(s, mb) finished on the rank of s
+    got_f: List[Optional[float]] = [None] * size  # RECV_F(s, mb)'s data is there on the rank of s
+    got_b: List[Optional[float]] = [None] * size  # RECV_B(s, mb)'s data is there on the rank of s
     arrived: Dict[Tuple[Kind, int], float] = {}  # non-blocking sends: data in flight
-    posted: Dict[Tuple[Kind, int], Tuple[int, float]] = {}  # rendezvous: the side that came first
+    posted: Dict[Tuple[Kind, int], tuple] = {}  # rendezvous: (rank, time, early receive?) of the side first there
     wait_f: Dict[int, List[int]] = {}  # ranks parked until f_end[idx] is set
     wait_g: Dict[int, List[int]] = {}  # ... until g_end[idx] is set
-    waiting: Dict[tuple, List[int]] = {}  # ... until a receive or a buffered send happens
+    waiting: Dict[tuple, List[int]] = {}  # ... until a receive's data or a buffered send is there
     blocked: Dict[int, tuple] = {}  # why each parked rank waits (for the deadlock report)
     n_ranks = len(ranks)
     pos = [0] * n_ranks
     clock = [0.0] * n_ranks
+    saved = [0.0] * n_ranks  # compute time saved by overlapped pairs
+    pairs = [0] * n_ranks
     starts = [[0.0] * len(a) for a in lists]
     ends = [[0.0] * len(a) for a in lists]
     work = deque(range(n_ranks))
@@ -244,128 +165,212 @@ def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: f
         table.setdefault(key, []).append(ri)
         blocked[ri] = why
 
-    def meet(ri: int, t: float, key, peer_kind: Kind) -> Optional[float]:
-        """Rendezvous of a send and a receive: this side's completion time, or None if it came first."""
+    def data_there(key, when: float) -> None:
+        """A receive's data is on its rank at ``when``: record it, wake who waits for it."""
+        (got_f if key[0] is RECV_F else got_b)[key[1]] = when
+        if key in waiting:
+            work.extend(waiting.pop(key))
+
+    def meet(ri: int, t: float, key, peer_kind: Kind, early_recv: bool = False) -> Optional[float]:
+        """Rendezvous of a send and a receive: this side's completion time, or None if it came
+        first (an early-posted receive never waits: its rank goes on)."""
         other = posted.pop(key, None)
         if other is None:
-            posted[key] = (ri, t)
-            blocked[ri] = ("meet", peer_kind)
+            posted[key] = (ri, t, early_recv)
+            if not early_recv:
+                blocked[ri] = ("meet", peer_kind)
             return None
-        rj, tj = other
+        rj, tj, other_early = other
         meet_at = max(t, tj)
-        peer_receives = peer_kind is RECV_F or peer_kind is RECV_B
-        done_j = meet_at + lat if peer_receives else meet_at
-        p = pos[rj]
-        starts[rj][p], ends[rj][p] = tj, done_j
-        if peer_receives:
-            (got_f if peer_kind is RECV_F else got_b)[key[1]] = done_j
-        clock[rj], pos[rj] = done_j, p + 1
-        blocked.pop(rj, None)
-        work.append(rj)
-        return meet_at if peer_receives else meet_at + lat
+        this_receives = peer_kind is SEND_F or peer_kind is SEND_B
+        data_there(key, meet_at + lat)  # whoever receives, the data lands then
+        if not other_early:  # the peer is parked on its send or blocking receive: release it
+            done_j = meet_at if this_receives else meet_at + lat
+            p = pos[rj]
+            starts[rj][p], ends[rj][p] = tj, done_j
+            clock[rj], pos[rj] = done_j, p + 1
+            blocked.pop(rj, None)
+            work.append(rj)
+        return meet_at + lat if this_receives else meet_at
+
+    def inputs_at(ri: int, a: Action) -> Optional[float]:
+        """When the inputs of compute action ``a`` are there, or None after parking the rank."""
+        s, k, mb = a
+        idx = s * n_mb + mb
+        if k is KF:
+            if not s:
+                return 0.0
+            if direct_prev[s]:
+                dep = f_end[idx - n_mb]
+                if dep is None:
+                    park(wait_f, idx - n_mb, ri, ("input", a, f"{s - 1}F{mb}", _where(local_prev[s], ranks,
+                                                                                     srank[s - 1])))
+                    return None
+                return dep if local_prev[s] else dep + lat
+            if got_f[idx] is None:
+                park(waiting, (RECV_F, idx), ri, ("data" if early else "recv", a, RECV_F))
+            return got_f[idx]
+        if f_end[idx] is None:
+            park(wait_f, idx, ri, ("input", a, f"{s}F{mb}", "same rank"))
+            return None
+        if s + 1 == n_stages:
+            return 0.0
+        if direct_next[s]:
+            dep = g_end[idx + n_mb]
+            if dep is None:
+                park(wait_g, idx + n_mb, ri, ("input", a, f"{s + 1}B{mb} or {s + 1}I{mb}",
+                                              _where(local_next[s], ranks, srank[s + 1])))
+                return None
+            return dep if local_next[s] else dep + lat
+        if got_b[idx] is None:
+            park(waiting, (RECV_B, idx), ri, ("data" if early else "recv", a, RECV_B))
+        return got_b[idx]
+
+    def done(idx: int, k: Kind, t: float) -> None:
+        """Compute ``k`` of input ``idx`` finished at ``t``: record it and wake who needs it."""
+        if k is KF:
+            f_end[idx] = t
+            if wait_f and idx in wait_f:
+                work.extend(wait_f.pop(idx))
+        elif k is not KW:
+            g_end[idx] = t
+            if wait_g and idx in wait_g:
+                work.extend(wait_g.pop(idx))
+
+    def compute_cost(a: Action) -> float:
+        s, k = a[0], a[1]
+        return cost_f[s] if k is KF else cost_b[s] if k is KB else cost_i[s] if k is KI else cost_w[s]
 
     kf, kb, ki, kw = KF, KB, KI, KW  # locals: the loop below runs once per action
-    send_f, send_b, recv_f = SEND_F, SEND_B, RECV_F
+    send_f, send_b, recv_f, recv_b = SEND_F, SEND_B, RECV_F, RECV_B
     while work:
         ri = work.popleft()
         acts, t, n = lists[ri], clock[ri], len(lists[ri])
         my_starts, my_ends = starts[ri], ends[ri]
-        for p in range(pos[ri], n):  # a break leaves p at the action this rank waits on
+        p = pos[ri]
+        stopped = False  # a break leaves p at the action this rank waits on
+        while p < n:
             a = acts[p]
             s, k, mb = a
-            idx = s * n_mb + mb
             start = t
-            if k is kf:
-                if s:
-                    if direct_prev[s]:
-                        dep = f_end[idx - n_mb]
-                        if dep is None:
-                            park(wait_f, idx - n_mb, ri, ("input", a, f"{s - 1}F{mb}", _where(local_prev[s], ranks,
-                                                                                             srank[s - 1])))
-                            break
-                        if not local_prev[s]:
-                            dep += lat
-                    else:
-                        dep = got_f[idx]
-                        if dep is None:
-                            park(waiting, (RECV_F, idx), ri, ("recv", a, RECV_F))
-                            break
+            if k is kf or k is kb or k is ki:
+                idx = s * n_mb + mb
+                if k is kf:
+                    if s:
+                        if direct_prev[s]:
+                            dep = f_end[idx - n_mb]
+                            if dep is None:
+                                inputs_at(ri, a)  # parks with the reason
+                                stopped = True
+                                break
+                            if not local_prev[s]:
+                                dep += lat
+                        else:
+                            dep = got_f[idx]
+                            if dep is None:
+                                inputs_at(ri, a)
+                                stopped = True
+                                break
+                        if dep > t:
+                            start = dep
+                    t = start + cost_f[s]
+                    f_end[idx] = t
+                    if wait_f and idx in wait_f:
+                        work.extend(wait_f.pop(idx))
+                else:
+                    dep = inputs_at(ri, a)
+                    if dep is None:
+                        stopped = True
+                        break
                     if dep > t:
                         start = dep
-                t = start + cost_f[s]
-                f_end[idx] = t
-                if wait_f and idx in wait_f:
-                    work.extend(wait_f.pop(idx))
-            elif k is kb or k is ki:
-                if f_end[idx] is None:
-                    park(wait_f, idx, ri, ("input", a, f"{s}F{mb}", "same rank"))
-                    break
-                if s + 1 < n_stages:
-                    if direct_next[s]:
-                        dep = g_end[idx + n_mb]
-                        if dep is None:
-                            park(wait_g, idx + n_mb, ri, ("input", a, f"{s + 1}B{mb} or {s + 1}I{mb}",
-                                                          _where(local_next[s], ranks, srank[s + 1])))
-                            break
-                        if not local_next[s]:
-                            dep += lat
-                    else:
-                        dep = got_b[idx]
-                        if dep is None:
-                            park(waiting, (RECV_B, idx), ri, ("recv", a, RECV_B))
-                            break
-                    if dep > t:
-                        start = dep
-                t = start + (cost_b[s] if k is kb else cost_i[s])
-                g_end[idx] = t
-                if wait_g and idx in wait_g:
-                    work.extend(wait_g.pop(idx))
+                    t = start + (cost_b[s] if k is kb else cost_i[s])
+                    g_end[idx] = t
+                    if wait_g and idx in wait_g:
+                        work.extend(wait_g.pop(idx))
             elif k is kw:
+                idx = s * n_mb + mb
                 if g_end[idx] is None:
                     park(wait_g, idx, ri, ("input", a, f"{s}I{mb}", "same rank"))
+                    stopped = True
                     break
                 t = start + cost_w[s]
             elif k is send_f or k is send_b:
+                idx = s * n_mb + mb
                 made, table = (f_end, wait_f) if k is send_f else (g_end, wait_g)
                 if made[idx] is None:
                     park(table, idx, ri, ("unsent", a))
+                    stopped = True
                     break
                 key = (RECV_F, idx + n_mb) if k is send_f else (RECV_B, idx - n_mb)
                 if blocking_sends:
-                    done = meet(ri, t, key, key[0])
-                    if done is None:
+                    finished = meet(ri, t, key, key[0])
+                    if finished is None:
                         my_starts[p] = t
+                        stopped = True
                         break
-                    t = done
+                    t = finished
                 else:
                     arrived[key] = t + lat
-                    if key in waiting:
+                    if early:
+                        data_there(key, t + lat)
+                    elif key in waiting:
                         work.extend(waiting.pop(key))
-            else:  # RECV_F or RECV_B
-                key = (k, idx)
-                if blocking_sends:
-                    done = meet(ri, t, key, SEND_F if k is recv_f else SEND_B)
-                    if done is None:
+            elif k is recv_f or k is recv_b:
+                key = (k, s * n_mb + mb)
+                if early:  # post it and go on; the compute that needs the data waits for it
+                    if blocking_sends:
+                        meet(ri, t, key, SEND_F if k is recv_f else SEND_B, early_recv=True)
+                elif blocking_sends:
+                    finished = meet(ri, t, key, SEND_F if k is recv_f else SEND_B)
+                    if finished is None:
                         my_starts[p] = t
+                        stopped = True
                         break
+                    data_there(key, finished)
+                    t = finished
                 else:
                     if key not in arrived:
                         park(waiting, key, ri, ("send", a))
+                        stopped = True
                         break
-                    done = max(t, arrived[key])
-                (got_f if k is recv_f else got_b)[idx] = done
-                t = done
+                    t = max(t, arrived[key])
+                    data_there(key, t)
+            elif k is MARK and pair_slot is not None:  # an overlapped pair: one slot
+                first, second = acts[p + 1], acts[p + 2]
+                dep_first = inputs_at(ri, first)
+                dep_second = None if dep_first is None else inputs_at(ri, second)
+                if dep_second is None:
+                    stopped = True
+                    break
+                start = max(t, dep_first, dep_second)
+                c1, c2 = compute_cost(first), compute_cost(second)
+                t = start + pair_slot(c1, c2)
+                saved[ri] += c1 + c2 - (t - start)
+                pairs[ri] += 1
+                my_starts[p] = my_ends[p] = start
+                for q, b in ((p + 1, first), (p + 2, second)):
+                    my_starts[q], my_ends[q] = start, t
+                    done(b[0] * n_mb + b[2], b[1], t)
+                p += 3
+                continue
+            # else: a no-op (UNSHARD, RESHARD, REDUCE_GRAD) or an ignored mark takes no time
             my_starts[p] = start
             my_ends[p] = t
-        else:
-            p = n
+            p += 1
+        if not stopped:
             blocked.pop(ri, None)
         pos[ri], clock[ri] = p, t
 
     stuck = [i for i in range(n_ranks) if pos[i] < len(lists[i])]
     if stuck:
         _raise_deadlock(schedule, ranks, lists, pos, stuck, blocked)
-    return _result(ranks, lists, starts, ends, of_stage, shape, activation_bytes)
+    return build_result(ranks, lists, starts, ends, of_stage, shape, activation_bytes, saved=saved, pairs=pairs,
+                        recv=recv, overlap=overlap)
+
+
+def _add(x: float, y: float) -> float:
+    return x + y
 
 
 def _where(local: bool, ranks, producer_index: int) -> str:
@@ -380,6 +385,8 @@ def _explain(action: Action, why) -> str:
         return f"{action} needs {why[2]} ({why[3]}), which has not run"
     if tag == "recv":
         return f"{action} needs {action.stage}{why[2]}{action.microbatch} earlier on this rank"
+    if tag == "data":
+        return f"{action} waits for the data of {action.stage}{why[2]}{action.microbatch}, whose send has not run"
     if tag == "meet":
         peer_stage = action.stage + (1 if action.kind in (SEND_F, RECV_B) else -1)
         return f"{action} waits for {peer_stage}{why[1]}{action.microbatch} to be posted (blocking send)"
@@ -399,38 +406,3 @@ def _raise_deadlock(schedule, ranks, lists, pos, stuck, blocked) -> None:
     grid = format_grid(schedule, marks=marks, notes=notes, window=5)
     raise ScheduleError(f"deadlock: no rank can make progress ({len(stuck)} stuck); reorder the actions "
                         f"marked '<-- here' so that what each waits for comes first\n{grid}")
-
-
-def _result(ranks, lists, starts, ends, of_stage: Sequence[Costs], shape, activation_bytes) -> SimulationResult:
-    if isinstance(activation_bytes, Mapping):
-        size_of = [float(activation_bytes.get(s, 0.0)) for s in range(shape.n_stages)]
-    else:
-        size_of = [float(activation_bytes)] * shape.n_stages
-    busy, spans, peaks, peak_bytes = [], [], [], []
-    for acts, st, en in zip(lists, starts, ends):
-        counts = Counter([(a[0], a[1]) for a in acts])
-        busy.append(sum(of_stage[s].of(kind) * count for (s, kind), count in counts.items()))
-        first = next((i for i, a in enumerate(acts) if a[1] in COMPUTE_KINDS), None)
-        last = next((i for i in range(len(acts) - 1, -1, -1) if acts[i][1] in COMPUTE_KINDS), None)
-        spans.append(en[last] - st[first] if first is not None else 0.0)
-        live = peak = 0
-        live_b = peak_b = 0.0
-        kf, kb, kw = KF, KB, KW
-        for s, k, _ in acts:  # an activation lives from its F to its W (split) or B (full)
-            if k is kf:
-                live += 1
-                live_b += size_of[s]
-                if live > peak:
-                    peak = live
-                if live_b > peak_b:
-                    peak_b = live_b
-            elif k is kw or k is kb:
-                live -= 1
-                live_b -= size_of[s]
-        peaks.append(peak)
-        peak_bytes.append(peak_b)
-    makespan = max((max(en) for en in ends if en), default=0.0)
-    return SimulationResult(ranks=ranks, actions=tuple(tuple(a) for a in lists),
-                            starts=tuple(tuple(x) for x in starts), ends=tuple(tuple(x) for x in ends),
-                            makespan=makespan, busy=tuple(busy), spans=tuple(spans),
-                            peak_activations=tuple(peaks), peak_activation_bytes=tuple(peak_bytes))

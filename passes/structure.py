@@ -15,7 +15,7 @@ from operator import itemgetter
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from paddle_ext.errors import ScheduleError
-from .schedule_ir import COMM_KINDS, Action, Kind, format_grid
+from .schedule_ir import COMM_KINDS, COMPUTE_KINDS, RUN_KINDS, Action, Kind, format_grid
 
 __all__ = ["ScheduleShape", "check_structure"]
 
@@ -58,6 +58,9 @@ def check_structure(schedule: Mapping[int, Sequence[Optional[Action]]], n_stages
             step = next(step for step, a in enumerate(actions) if a is not None and type(a) is not Action)
             _fail(schedule, f"rank {rank} step {step}: {actions[step]!r} is not an Action; build actions with "
                   "Action(stage, Kind.F, microbatch) or Action.from_str('0F0')")
+        if not set(map(_kind_of, present)) <= RUN_KINDS:  # no-ops and overlap marks: checked, then set aside
+            _check_marks(schedule, rank, actions)
+            present = [a for a in present if a[1] in RUN_KINDS]
         per_rank.append((rank, present))
         for stage in set(map(_stage_of, present)):
             if stage_rank.setdefault(stage, rank) != rank:
@@ -92,7 +95,7 @@ def check_structure(schedule: Mapping[int, Sequence[Optional[Action]]], n_stages
     step_of: Dict[Kind, List[Optional[int]]] = {kind: [None] * (n_stages * n_mb) for kind in kinds}
     for rank, _ in per_rank:
         for step, a in enumerate(schedule[rank]):
-            if a is None:
+            if a is None or a[1] not in RUN_KINDS:
                 continue
             s, kind, mb = a
             table, x = step_of[kind], s * n_mb + mb
@@ -126,6 +129,24 @@ def check_structure(schedule: Mapping[int, Sequence[Optional[Action]]], n_stages
     if comms:
         _check_comms(schedule, step_of, at, stage_rank, n_stages, n_mb)
     return ScheduleShape(len(schedule), n_stages, n_microbatches, stage_rank, bool(comms))
+
+
+def _check_marks(schedule, rank: int, actions) -> None:
+    """A no-op or mark names a stage >= 0; an overlap mark is followed by the pair it overlaps:
+    a forward and a backward (B or I) of two different stages."""
+    for step, a in enumerate(actions):
+        if a is None or a[1] in RUN_KINDS:
+            continue
+        if not isinstance(a.stage, int) or a.stage < 0:
+            _fail(schedule, f"rank {rank} step {step}: {a} needs a stage >= 0", [(rank, step)])
+        if a[1] is not Kind.OVERLAP_F_B:
+            continue
+        pair = actions[step + 1:step + 3]
+        kinds = sorted(b.kind.value for b in pair if b is not None and b.kind in COMPUTE_KINDS)
+        if len(pair) < 2 or kinds not in (["B", "F"], ["F", "I"]) or pair[0].stage == pair[1].stage:
+            _fail(schedule, f"rank {rank} step {step}: the overlap mark {a} must be followed by the pair it overlaps, "
+                  "a forward and a backward (B or I) of two different stages; put the pair right after the mark "
+                  "or remove the mark", [(rank, step)])
 
 
 def _fail_counts(schedule, s, mb, at) -> None:

@@ -28,7 +28,7 @@ def test_action_parses_and_prints_back(text, expected):
     assert str(expected) == text.strip()
 
 
-@pytest.mark.parametrize("text", ["", "F0", "2F", "2X0", "2f0", "-1F0", "2F0x", "2 F 0", "2UNSHARD", "2SEND0"])
+@pytest.mark.parametrize("text", ["", "F0", "2F", "2X0", "2f0", "-1F0", "2F0x", "2 F 0", "2SEND_F", "2SEND0", "2OVERLAP"])
 def test_bad_action_text_says_the_format(text):
     with pytest.raises(ScheduleError, match=r"should be formatted as \[stage\]\[kind\]\[microbatch\], e.g. 2F0"):
         Action.from_str(text)
