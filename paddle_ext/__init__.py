@@ -8,7 +8,10 @@ from .errors import (CompatError, ConversionError, HarnessError, PaddleExtError,
 from .placements import (DistSpec, Partial, Replicate, Shard, format_placements,  # noqa: F401
                          parse_placement, parse_placements)
 
-from . import reshard  # noqa: E402,F401  - callable: paddle_ext.reshard(x, mesh, placements)
+# ``paddle_ext.reshard(x, mesh, placements)`` is the function. Importing it loads the subpackage
+# first (which binds the subpackage here), then rebinds the name to the function; later imports of
+# its modules (``from paddle_ext.reshard.planner import ...``) find it loaded and leave the name be.
+from .reshard import reshard  # noqa: E402,F401
 from .compat.spmd_bridge import connect as _connect_paddle_rules
 
 _connect_paddle_rules()   # the pure SPMD registry reaches Paddle's C++ rules through compat (no Paddle imported)

@@ -70,7 +70,7 @@ def rank_bench(mib: int, repeat: int) -> dict:
 
     from paddle_ext.compat.convert import to_paddle_placements
     from paddle_ext.reshard.dygraph import PaddleBackend, reshard
-    from paddle_ext.reshard.engine import exchange
+    from paddle_ext.reshard.exchange import exchange
     from paddle_ext.reshard.install import original_reshard
 
     rank, n = dist.get_rank(), dist.get_world_size()

@@ -1,15 +1,17 @@
-"""Reshard: plan (pure), then execute (simulated ranks, dygraph, static PIR functions).
+"""Reshard: plan (pure), then execute (simulated ranks, dygraph; static PIR in compat).
 
 * :func:`plan_reshard` / :func:`format_plan` -- the minimal-bytes plan as a printable value.
 * :func:`simulate_reshard` -- run a plan on simulated numpy ranks (no Paddle).
 * :func:`reshard` -- the dygraph executor on Paddle DistTensors (imports Paddle when called).
 * :func:`install_reshard` -- route ``paddle.distributed.reshard`` (and ShardingStage1/2/3) here.
 
-The package itself is callable: ``paddle_ext.reshard(x, mesh, placements)`` is :func:`reshard`.
-"""
-import sys
-import types
+The transitions a plan is made of (legality, bytes, executor) are one registry,
+:mod:`.transitions`.
 
+``paddle_ext.reshard`` (the attribute of the package root) is the function :func:`reshard`; this
+package's modules are imported by name: ``from paddle_ext.reshard import plan_reshard`` or
+``from paddle_ext.reshard.planner import plan_reshard``.
+"""
 from .groups import prepare_reshard_groups  # noqa: F401
 from .planner import ReshardStep, format_plan, plan_bytes, plan_reshard  # noqa: F401
 from .simulated import simulate_reshard  # noqa: F401
@@ -29,11 +31,5 @@ def install_reshard(**kwargs):
     return _install(**kwargs)
 
 
-class _CallableReshardModule(types.ModuleType):
-    """``paddle_ext.reshard(x, mesh, placements)`` calls the executor; the package stays a package."""
-
-    def __call__(self, x, mesh, placements, **kwargs):
-        return reshard(x, mesh, placements, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableReshardModule
+__all__ = ["ReshardStep", "format_plan", "install_reshard", "plan_bytes", "plan_reshard",
+           "prepare_reshard_groups", "reshard", "simulate_reshard"]

@@ -1,8 +1,8 @@
 """Dygraph executor: ``reshard(x, mesh, placements)`` on Paddle DistTensors over gloo.
 
 The plan comes from :func:`~paddle_ext.reshard.planner.plan_reshard`; each step runs through the
-per-rank engine with :class:`PaddleBackend`, which uses point-to-point ``dist.send``/``dist.recv``
-(measured faster than gloo's all_gather on this build, and exact for uneven and empty shards) and
+per-rank runner (:mod:`.per_rank`) with :class:`PaddleBackend`, which uses point-to-point
+``dist.send``/``dist.recv`` (measured faster than gloo's all_gather on this build, and exact for uneven and empty shards) and
 gloo's ``all_reduce`` when the group is the whole world. all_to_all and reduce_scatter are built
 from point-to-point, so every rank receives exactly the bytes the plan states.
 
@@ -29,11 +29,12 @@ from ..compat.version import require_paddle
 from ..compat.views import require_writable_views
 from ..errors import ConversionError, PlacementError, ReshardPlanError
 from ..placements import DistSpec, format_placements
-from .engine import Geometry, exchange, execute
 from . import routing
+from .exchange import exchange
 from .groups import group_for
+from .layout import Geometry
 from .native import native_is_exact
-from .layout import coord_in
+from .per_rank import execute
 from .planner import format_plan, plan_reshard
 
 _DTYPE_CODES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16",
@@ -41,13 +42,13 @@ _DTYPE_CODES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "
 
 
 class PaddleBackend:
-    """Array and communication primitives for :mod:`.engine` on Paddle dygraph tensors."""
+    """Array and communication primitives for :mod:`.per_rank` on Paddle dygraph tensors."""
 
     def __init__(self, paddle, rank: int, world: Sequence[int], like, stats: dict | None, group=None):
         self.p, self.dist = paddle, paddle.distributed
         self.rank, self.world, self.like, self._stats = rank, tuple(sorted(world)), like, stats
         self.group = group  # a prepared group of exactly ``world``; None = Paddle's world group
-        self.lockstep = True  # see engine.exchange: gloo p2p tags are per-group sequence numbers
+        self.lockstep = True  # see exchange.exchange: gloo p2p tags are per-group sequence numbers
 
     # arrays
     @staticmethod
@@ -424,10 +425,4 @@ def reshard(x, mesh, placements, *, check: bool = True, stats: dict | None = Non
     return _FUNCTION[0].apply(x, mesh, list(placements), False, stats)
 
 
-def in_mesh(mesh) -> bool:
-    """True if this rank is part of ``mesh``."""
-    paddle = require_paddle("paddle_ext.reshard")
-    return coord_in(tuple(mesh.process_ids), mesh_shape(mesh), paddle.distributed.get_rank()) is not None
-
-
-__all__ = ["PaddleBackend", "reshard", "in_mesh"]
+__all__ = ["PaddleBackend", "placements_of", "reshard"]

@@ -76,8 +76,4 @@ def uninstall_reshard() -> None:
     api.reshard = _SAVED.pop("api")
 
 
-def is_installed() -> bool:
-    return bool(_SAVED)
-
-
-__all__ = ["install_reshard", "is_installed", "original_reshard", "uninstall_reshard"]
+__all__ = ["install_reshard", "original_reshard", "uninstall_reshard"]

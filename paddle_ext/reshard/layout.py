@@ -1,4 +1,4 @@
-"""Geometry shared by the planner and every executor: boxes, groups, pieces and exchange rounds.
+"""Geometry shared by the planner and every executor: boxes, groups, pieces, exchange rounds, sides.
 
 A rank's local array under a non-partial :class:`DistSpec` is a *box* of the global tensor: one
 ``(offset, length)`` per tensor dim (``DistSpec.local_slices``). Every data movement paddle-ext
@@ -192,3 +192,28 @@ def is_pow2(n: int) -> bool:
 
 def has_partial(placements) -> bool:
     return any(isinstance(p, Partial) for p in placements)
+
+
+# -- where a step runs, and what every rank knows about a reshard -------------------------------
+SRC, DST = "src", "dst"   #: a step on the source mesh / on the destination mesh
+CROSS = "src->dst"        #: a step that moves data from the source mesh to the destination mesh
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What every rank knows about a reshard: global shape, both meshes and their ranks."""
+
+    shape: tuple
+    src_mesh: tuple
+    src_ranks: tuple
+    dst_mesh: tuple
+    dst_ranks: tuple
+
+    def mesh(self, side: str) -> tuple:
+        return self.dst_mesh if side == DST else self.src_mesh
+
+    def ranks(self, side: str) -> tuple:
+        return self.dst_ranks if side == DST else self.src_ranks
+
+    def spec(self, side: str, placements) -> DistSpec:
+        return DistSpec(self.shape, self.mesh(side), placements)

@@ -3,7 +3,7 @@
 Paddle's gloo process group numbers every call it makes (send, recv and each collective) with
 one per-group counter, and a message only matches when the sender's and receiver's numbers are
 equal (``ProcessGroupGloo::next_tag``; ``gloo::Slot`` built from it). Point-to-point lockstep
-(:func:`~.engine.exchange`) pairs every rank in every round, each pair making one send and one
+(:func:`~.exchange.exchange`) pairs every rank in every round, each pair making one send and one
 receive, so every counter advances alike. A group of odd size cannot be paired that way: in
 every round one rank has no partner and would fall behind, and no gloo call advances the counter
 without communicating (a barrier does not count, every other call talks to a peer).
@@ -29,7 +29,7 @@ from ..errors import ReshardPlanError
 
 
 def exchange_by_scatter(be, group: tuple, outgoing: dict, incoming: dict, targets: dict | None = None) -> dict:
-    """:func:`~.engine.exchange` on a group of odd size (same arguments and result)."""
+    """:func:`~.exchange.exchange` on a group of odd size (same arguments and result)."""
     if not (hasattr(be, "scatter") and hasattr(be, "gather_sizes")):
         raise ReshardPlanError(
             f"this backend cannot exchange on a group of {len(group)} ranks: an odd group needs the "

@@ -4,25 +4,9 @@ A *state* is one placement per mesh dim on one of the two meshes (source or dest
 changes one mesh dim's placement with one collective, moves blocks point-to-point (a whole-state
 redistribution, within a mesh or across meshes), or is purely local. :func:`plan_reshard` runs
 Dijkstra over these states and minimises, in order: bytes received per rank (the maximum over
-ranks, summed over steps), the number of steps, and generic point-to-point steps.
-
-Transitions on one mesh dim of size ``n`` (``L`` = elements of the local block with that mesh
-dim replicated; ``c_k`` = a rank's chunk):
-
-=============  ================  ================================================
-from -> to     collective        elements received by a rank
-=============  ================  ================================================
-S(d) -> R      all_gather        L - c_k
-R -> S(d)      slice             0
-P -> R         all_reduce        (n-1)*c_k + (L - c_k)   (= 2(n-1)/n*L when even)
-P -> S(d)      reduce_scatter    (n-1)*c_k
-S(d) -> P      to_partial        0 (own shard in place, neutral elsewhere)
-R -> P         to_partial        0 (sum: mesh-local index 0 keeps it; avg/max/min: all keep it)
-P(sum)<->P(avg) rescale          0 (x n or / n, only when n is a power of two: exact)
-S(i) -> S(j)   all_to_all        only the blocks a rank lacks
-any -> any     p2p               only the blocks a rank lacks (non-partial layouts)
-mesh A -> B    p2p / transfer    only the blocks a rank lacks / the local block
-=============  ================  ================================================
+ranks, summed over steps), the number of steps, and generic point-to-point steps. Which steps
+exist, when each is legal and what it moves is the registry in :mod:`.transitions` (its table
+lists them all); this module only searches.
 
 >>> from paddle_ext.placements import DistSpec
 >>> plan = plan_reshard(DistSpec((4, 4), (2, 2), "[S(0),R]"), DistSpec((4, 4), (2, 2), "[R,S(0)]"))
@@ -41,14 +25,9 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from ..errors import ReshardPlanError
-from ..placements import (DistSpec, Partial, Placement, Replicate, Shard, check_mesh_shape,
-                          format_placements, parse_placements)
-from .layout import (box_numel, chunk_sizes, group_pieces, has_partial, is_pow2, pieces,
-                     received_elements)
-
-SRC, DST = "src", "dst"
-CROSS = "src->dst"
-LOCAL_COLLECTIVES = ("slice", "to_partial", "rescale")
+from ..placements import DistSpec, Partial, Placement, Replicate, Shard, check_mesh_shape, format_placements
+from .layout import CROSS, DST, SRC, has_partial
+from .transitions import P2P, TRANSFER, Move, for_move
 
 
 @dataclass(frozen=True)
@@ -95,84 +74,7 @@ def plan_bytes(plan: Sequence[ReshardStep]) -> int:
     return sum(s.bytes for s in plan)
 
 
-# -- bytes of each step kind (elements; multiplied by itemsize by the caller) ----------------
-def _max(values) -> int:
-    return max(values, default=0)
-
-
-def _all_gather_elems(before: DistSpec, after: DistSpec) -> int:
-    return _max(after.local_numel(c) - before.local_numel(c) for c in before.coords())
-
-
-def _all_reduce_elems(spec: DistSpec, m: int) -> int:
-    n = spec.mesh_shape[m]
-    out = 0
-    for c in spec.coords():
-        total = spec.local_numel(c)
-        mine = chunk_sizes(total, n)[c[m]]
-        out = max(out, (n - 1) * mine + (total - mine))
-    return out
-
-
-def _reduce_scatter_elems(after: DistSpec, m: int) -> int:
-    n = after.mesh_shape[m]
-    return _max((n - 1) * after.local_numel(c) for c in after.coords())
-
-
-def _move_elems(a: DistSpec, a_ranks: tuple, b: DistSpec, b_ranks: tuple) -> int:
-    return _max(received_elements(pieces(a, a_ranks, b, b_ranks)).values())
-
-
-def _all_to_all_elems(a: DistSpec, b: DistSpec, m: int) -> int:
-    out = 0
-    for c in a.coords():
-        if c[m] != 0:
-            continue  # one coordinate per group
-        got: dict[int, int] = {}
-        for j, k, box in group_pieces(a, b, m, c):
-            if j != k:
-                got[k] = got.get(k, 0) + box_numel(box)
-        out = max(out, _max(got.values()))
-    return out
-
-
-def _transfer_elems(a: DistSpec, a_ranks: tuple, b: DistSpec, b_ranks: tuple) -> int:
-    return _max(b.local_numel(c) for i, c in enumerate(b.coords()) if a_ranks[i] != b_ranks[i])
-
-
 # -- the search ---------------------------------------------------------------------------------
-def _commute(a: str, b: str) -> bool:
-    return a == b or {a, b} <= {"sum", "avg"}
-
-
-def _reducible(placements: Sequence[Placement], m: int) -> bool:
-    """A Partial on mesh dim ``m`` may be reduced now: the logical value reduces the higher
-    (inner) mesh dims first, so every Partial above ``m`` must commute with this one."""
-    op = placements[m].op
-    return all(_commute(op, p.op) for p in placements[m + 1:] if isinstance(p, Partial))
-
-
-def _innermost(placements: Sequence[Placement], m: int, d: int) -> bool:
-    """True if no mesh dim above ``m`` shards tensor dim ``d`` (``m`` is the inner split)."""
-    return all(not (isinstance(p, Shard) and p.dim == d) for p in placements[m + 1:])
-
-
-def _int_overflows(kind: str, new: tuple, m: int, p: Placement, q: Placement) -> bool:
-    """On an integer tensor, would this step make P(max|min)'s neutral element meet sum/avg arithmetic?
-
-    S -> P(max|min) fills the non-owners with iinfo.min/max; summing those (a P(sum|avg) on
-    another mesh dim) or scaling them by n (S -> P(avg), rescale) wraps around, and R -> P(avg)
-    copies them so that the avg reduction sums them. Every such state is reachable another way
-    (through R, which keeps the value on every rank), so the planner only drops these steps.
-    """
-    others = {x.op for i, x in enumerate(new) if i != m and isinstance(x, Partial)}
-    if kind == "to_partial" and isinstance(p, Shard) and q.op in ("max", "min"):
-        return bool(others & {"sum", "avg"})
-    if (kind == "to_partial" and q.op == "avg") or kind == "rescale":
-        return bool(others & {"max", "min"})
-    return False
-
-
 def _is_integer(dtype) -> bool:
     """True for an integer dtype given as a numpy/Paddle dtype, a type or its name."""
     if dtype is None:
@@ -205,65 +107,31 @@ class _Search:
 
     def edges(self, state) -> Iterator[tuple[tuple, ReshardStep, int]]:
         side, pl = state
-        mesh = self.meshes[side]
+        mesh, ranks = self.meshes[side], self.ranks[side]
         for m, p in enumerate(pl):
             n = mesh[m]
             for q in self._options(p):
                 new = pl[:m] + (q,) + pl[m + 1:]
-                kind = self._dim_kind(pl, new, m, p, q, n)
-                if kind is None or (self.integer and _int_overflows(kind, new, m, p, q)):
+                t = for_move(p, q)
+                if t is None or not t.legal(pl, new, m, n):
                     continue
-                elems = self._dim_elems(kind, side, pl, new, m)
-                yield (side, new), ReshardStep(m, pl, new, kind, elems * self.itemsize, side), 0
+                if self.integer and t.wraps_integers is not None and t.wraps_integers(new, m, p, q):
+                    continue
+                elems = t.elements(Move(self.spec(side, pl), self.spec(side, new), m, ranks, ranks)) \
+                    if t.communicates else 0
+                yield (side, new), ReshardStep(m, pl, new, t.name, elems * self.itemsize, side), int(t.generic)
         if not has_partial(pl):
             for side2, target in self._move_targets(side, pl):
-                if (side2, target) == state:
+                if (side2, target) == state or not P2P.legal(pl, target):
                     continue
-                a, b = self.spec(side, pl), self.spec(side2, target)
-                elems = _move_elems(a, self.ranks[side], b, self.ranks[side2])
+                move = Move(self.spec(side, pl), self.spec(side2, target), None, ranks, self.ranks[side2])
                 where = side if side2 == side else CROSS
-                yield (side2, target), ReshardStep(None, pl, target, "p2p", elems * self.itemsize, where), 1
+                yield ((side2, target), ReshardStep(None, pl, target, P2P.name, P2P.elements(move) * self.itemsize,
+                                                    where), int(P2P.generic))
         elif side == SRC and not self.same_mesh and self.meshes[SRC] == self.meshes[DST]:
-            a, b = self.spec(SRC, pl), self.spec(DST, pl)
-            elems = _transfer_elems(a, self.ranks[SRC], b, self.ranks[DST])
-            yield (DST, pl), ReshardStep(None, pl, pl, "transfer", elems * self.itemsize, CROSS), 0
-
-    @staticmethod
-    def _dim_kind(pl, new, m, p, q, n) -> str | None:
-        if isinstance(p, Shard):
-            if isinstance(q, Replicate):
-                return "all_gather" if _innermost(pl, m, p.dim) else None
-            if isinstance(q, Partial):
-                ok = _innermost(pl, m, p.dim) and (q.op != "avg" or is_pow2(n))
-                return "to_partial" if ok else None
-            ok = _innermost(pl, m, p.dim) and _innermost(new, m, q.dim)
-            return "all_to_all" if ok else None
-        if isinstance(p, Replicate):
-            if isinstance(q, Shard):
-                return "slice" if _innermost(new, m, q.dim) else None
-            return "to_partial"
-        # p is Partial
-        if not _reducible(pl, m):
-            return None
-        if isinstance(q, Replicate):
-            return "all_reduce"
-        if isinstance(q, Shard):
-            return "reduce_scatter" if _innermost(new, m, q.dim) else None
-        if {p.op, q.op} == {"sum", "avg"} and is_pow2(n):
-            return "rescale"
-        return None
-
-    def _dim_elems(self, kind: str, side: str, pl: tuple, new: tuple, m: int) -> int:
-        if kind in LOCAL_COLLECTIVES:
-            return 0
-        a, b = self.spec(side, pl), self.spec(side, new)
-        if kind == "all_gather":
-            return _all_gather_elems(a, b)
-        if kind == "all_reduce":
-            return _all_reduce_elems(a, m)
-        if kind == "reduce_scatter":
-            return _reduce_scatter_elems(b, m)
-        return _all_to_all_elems(a, b, m)
+            move = Move(self.spec(SRC, pl), self.spec(DST, pl), None, self.ranks[SRC], self.ranks[DST])
+            yield ((DST, pl), ReshardStep(None, pl, pl, TRANSFER.name, TRANSFER.elements(move) * self.itemsize,
+                                          CROSS), int(TRANSFER.generic))
 
     def _move_targets(self, side: str, pl: tuple) -> list[tuple[str, tuple]]:
         tside, tpl = self.target
@@ -356,9 +224,4 @@ def plan_reshard(src: DistSpec, dst: DistSpec, *, src_ranks: Sequence[int] | Non
     return _plan_cached(src, dst, s_ranks, d_ranks, itemsize, dtype is None or _is_integer(dtype))
 
 
-def parse_spec(shape: Sequence[int], mesh_shape: Sequence[int], placements) -> DistSpec:
-    """Small convenience for tools: ``parse_spec((4, 6), (2,), "[S(0)]")``."""
-    return DistSpec(tuple(shape), tuple(mesh_shape), parse_placements(placements))
-
-
-__all__ = ["ReshardStep", "format_plan", "plan_bytes", "plan_reshard", "parse_spec"]
+__all__ = ["CROSS", "DST", "SRC", "ReshardStep", "format_plan", "plan_bytes", "plan_reshard"]

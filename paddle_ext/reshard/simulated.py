@@ -1,6 +1,6 @@
 """Execute a reshard plan on simulated ranks: numpy arrays, one thread per rank.
 
-Each rank runs the same per-rank code as the dygraph executor (:mod:`.engine`). A send blocks
+Each rank runs the same per-rank code as the dygraph executor (:mod:`.per_rank`). A send blocks
 until the peer has taken the message, as gloo's does, so an ordering that would deadlock on real
 ranks fails here too (:class:`SimulationError` after ``timeout`` seconds). World-group
 all_gather / all_reduce reduce in rank order, so results are deterministic.
@@ -24,8 +24,8 @@ import numpy as np
 
 from ..errors import ReshardPlanError
 from ..placements import DistSpec
-from .engine import Geometry, execute
-from .layout import coord_in
+from .layout import Geometry, coord_in
+from .per_rank import execute
 from .planner import plan_reshard, _ranks
 
 _REDUCE = {"sum": np.add, "max": np.maximum, "min": np.minimum}
@@ -45,7 +45,7 @@ class _World:
 
 
 class NumpyBackend:
-    """Array ops on numpy plus simulated gloo communication (see :mod:`.engine`)."""
+    """Array ops on numpy plus simulated gloo communication (see :mod:`.per_rank`)."""
 
     def __init__(self, rank: int, world: _World, like: np.ndarray, stats: dict | None,
                  lockstep: bool = False, padding: dict | None = None):

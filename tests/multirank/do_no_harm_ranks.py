@@ -130,7 +130,7 @@ def gather_dtypes():
             mine = np.split(full, 2, axis=d)[rank]  # shard_tensor cannot slice bfloat16 on CPU
             local = paddle.to_tensor(mine).astype(name) if name == "bfloat16" else paddle.to_tensor(mine)
             x = paddle.Tensor(local, dims=[4, 6], process_mesh=mesh, placements=[dist.Shard(d)], place=place)
-            y = paddle_ext.reshard.reshard(x, mesh, [dist.Replicate()], stats=stats)
+            y = paddle_ext.reshard(x, mesh, [dist.Replicate()], stats=stats)
             out[f"{name}:S({d})->R"] = (y._local_value().astype("float32").numpy(), str(y.dtype), stats.get("plan"),
                                         len(gathers))
             gathers.clear()

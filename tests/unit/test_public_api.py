@@ -13,11 +13,15 @@ def test_import_does_not_import_paddle():
     assert out.stdout.strip() == "False", out.stderr
 
 
-def test_reshard_is_callable_and_a_package():
-    assert callable(paddle_ext.reshard)
-    plan = paddle_ext.reshard.plan_reshard(paddle_ext.DistSpec((4, 6), (2,), "[S(0)]"),
-                                           paddle_ext.DistSpec((4, 6), (2,), "[S(1)]"))
-    assert paddle_ext.reshard.format_plan(plan) == "[S(0)] -> [S(1)]"
+def test_reshard_is_a_function_and_its_package_imports_by_name():
+    # a fresh interpreter that imports the package's modules first: the name stays the function
+    code = ("import types, sys; from paddle_ext.reshard.planner import format_plan, plan_reshard; "
+            "import paddle_ext.reshard.transitions, paddle_ext.reshard.simulated; import paddle_ext; "
+            "print(type(paddle_ext.reshard).__name__, type(sys.modules['paddle_ext.reshard']) is types.ModuleType, "
+            "format_plan(plan_reshard(paddle_ext.DistSpec((4, 6), (2,), '[S(0)]'), "
+            "paddle_ext.DistSpec((4, 6), (2,), '[S(1)]'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["function", "True", "[S(0)]", "->", "[S(1)]"], out.stderr
 
 
 def test_reshard_call_reaches_the_executor():

@@ -1,7 +1,7 @@
 """Simulated execution reproduces the dense tensor bit-exactly, on random layouts (hypothesis).
 
 Every plan runs on simulated ranks through the same per-rank code as the dygraph executor
-(``paddle_ext.reshard.engine``), with gloo-like blocking sends, so orderings that would
+(``paddle_ext.reshard.per_rank``), with gloo-like blocking sends, so orderings that would
 deadlock on real ranks fail here too.
 """
 import itertools

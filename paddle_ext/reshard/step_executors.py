@@ -1,137 +1,22 @@
-"""Run a reshard plan on one rank, over any array-and-communication backend.
+"""One executor per reshard transition: what a rank does for one plan step.
 
-The same per-rank code serves the simulated executor (numpy arrays, ranks as threads, gloo-like
-blocking sends) and the dygraph executor (Paddle tensors, gloo point-to-point and collectives),
-so the property tests on simulated ranks exercise the code that runs on real ranks.
+An executor is ``(backend, geometry, step, local) -> new local`` (None on a rank outside the
+step's destination mesh); :mod:`.transitions` names each one in its transition's entry and
+:func:`~.per_rank.execute` runs a plan through them. The backend is any array-and-communication
+backend (numpy on simulated ranks, Paddle on gloo; the protocol is in :mod:`.per_rank`).
 
-Executors are chosen per step kind from :data:`STEP_EXECUTORS`, a dict keyed by the step's
-``collective``. Point-to-point traffic goes through :func:`exchange`, which pairs ranks round by
-round (``layout.exchange_rounds``) so blocking sends never deadlock, and sends one buffer per pair.
-
-A backend provides: ``rank`` and ``world`` (sorted global ranks); array ops ``empty(shape, like)``,
-``full(shape, value, like)``, ``take(x, rel_box)`` (a contiguous copy), ``put(out, rel_box, x)``,
-``reduce(a, b, op)``, ``scale(x, factor)``, ``divide(x, n)``, ``flat(x)``, ``reshape(x, shape)``,
-``concat_flat(xs, like)``, ``split_flat(x, sizes)``, ``numel(x)``, ``dtype_kind(x)``,
-``dtype_info(x)``; communication ``send(x, peer)``, ``recv(numel, like, peer)``, and optional
-``all_reduce(x, op, members)`` that returns None when it cannot serve that group; and
-``count(nbytes)`` for the received-bytes counter.
-
-Optional, for copy-free assembly (the Paddle backend has them, the simulated one does not):
-``view(x, rel_box, contiguous=False)`` (a view, or None when ``contiguous`` and it is strided),
-``recv_into(view, peer)`` (receive straight into an output's memory), ``reduce_into(acc, x, op)``
-(in place on a buffer of ours) and ``all_gather_into(out, x, members)`` (one collective writing
-rank-major slabs into ``out``; False when it cannot serve the group). With them the executors
-allocate the output once and receive each piece into its place, instead of concatenating.
+The helpers at the top build a rank's output from pieces: concatenated when they are slabs along
+one axis, otherwise written into a fresh buffer, and on backends that can hand out views of an
+output (``view``/``recv_into``), received straight into its place.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Sequence
+import math
 
-from ..errors import ReshardPlanError
-from ..placements import DistSpec, Partial, Shard
-from .layout import (box_numel, box_shape, chunk_sizes, coord_in, group_coords, group_pieces,
-                     neutral, partner_order, pieces, rank_at, relative)
-from .odd_exchange import Quiet, exchange_by_scatter
-from .planner import CROSS, DST, ReshardStep
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """What every rank knows about a reshard: global shape, both meshes and their ranks."""
-
-    shape: tuple
-    src_mesh: tuple
-    src_ranks: tuple
-    dst_mesh: tuple
-    dst_ranks: tuple
-
-    def mesh(self, side: str) -> tuple:
-        return self.dst_mesh if side == DST else self.src_mesh
-
-    def ranks(self, side: str) -> tuple:
-        return self.dst_ranks if side == DST else self.src_ranks
-
-    def spec(self, side: str, placements) -> DistSpec:
-        return DistSpec(self.shape, self.mesh(side), placements)
-
-
-def exchange(be, members: Sequence[int], outgoing: dict, incoming: dict, targets: dict | None = None) -> dict:
-    """Send ``outgoing[peer]`` (lists of arrays) and receive ``incoming[peer]`` (lists of
-    ``(shape, like)``) with every peer, pairwise; returns ``{peer: [arrays]}``.
-
-    ``targets[peer]``, when given for a peer that sends one piece, is a contiguous array of that
-    piece's size (a view into the caller's output) that the backend's ``recv_into`` fills in
-    place, so the piece needs no copy after it arrives.
-
-    Within a pair the lower rank sends first; several pieces for one peer travel as one flat
-    buffer. Zero-sized pieces are never sent (both sides know the shapes).
-
-    With ``be.lockstep`` (Paddle's gloo backend), every rank of the world takes part in every
-    round and each pair always exchanges one message each way (a one-element dummy when there
-    is nothing to send). Paddle tags gloo point-to-point messages with a per-group sequence
-    number, so a message only matches when sender and receiver have made the same number of
-    calls; lockstep keeps every rank's count equal. A group of odd size cannot be paired in every
-    round (a rank sitting out would fall behind), so there every sender scatters its pieces in
-    turn (:func:`~.odd_exchange.exchange_by_scatter`), a collective every rank counts alike.
-    """
-    got: dict = {}
-    me = be.rank
-    lockstep = getattr(be, "lockstep", False)
-    group = tuple(be.world) if lockstep else tuple(sorted(set(members)))
-    if me not in group:
-        return got
-    if lockstep and len(group) % 2 and len(group) > 1:
-        # an odd group cannot pair every rank in every round: one collective per sender instead
-        return exchange_by_scatter(be, group, outgoing, incoming, targets)
-    for peer in partner_order(group, me):
-        outs = [x for x in outgoing.get(peer, []) if be.numel(x)]
-        ins = incoming.get(peer, [])
-        sizes = [_numel(shape) for shape, _ in ins]
-
-        def do_send():
-            if outs:
-                be.send(outs[0] if len(outs) == 1 else be.concat_flat(outs, outs[0]), peer)
-            elif lockstep:
-                be.send(be.full((1,), 0, be.like), peer)
-
-        def do_recv():
-            total = sum(sizes)
-            if not total:
-                if lockstep:
-                    be.recv(1, be.like, peer, count=False)
-                if ins:
-                    got[peer] = [be.empty(shape, like) for shape, like in ins]
-                return
-            target = (targets or {}).get(peer)
-            if target is not None and len(ins) == 1:
-                be.recv_into(target, peer)  # straight into the caller's (output) memory
-                got[peer] = [target]
-                return
-            buf = be.recv(total, ins[0][1], peer)
-            parts = be.split_flat(buf, sizes) if len(ins) > 1 else [buf]
-            got[peer] = [be.reshape(p, shape) for p, (shape, _) in zip(parts, ins)]
-
-        if me < peer:
-            do_send()
-            do_recv()
-        else:
-            do_recv()
-            do_send()
-    return got
-
-
-def _idle(be, phases: int = 1) -> None:
-    """A rank outside this step's mesh still walks the exchange rounds (lockstep backends)."""
-    for _ in range(phases):
-        exchange(be, (), {}, {})
-
-
-def _numel(shape) -> int:
-    out = 1
-    for s in shape:
-        out *= s
-    return out
+from ..placements import Shard
+from .exchange import exchange, idle
+from .layout import (CROSS, DST, SRC, Geometry, box_numel, box_shape, chunk_sizes, coord_in,
+                     group_coords, group_pieces, neutral, pieces, rank_at, relative)
 
 
 def _assemble(be, want, placed: list, like):
@@ -227,17 +112,17 @@ def _fill(be, out, want, placed: list, targets: dict, got: dict, places: dict):
     return out
 
 
-# -- per-step executors: (be, geo, step, local) -> new local (None off-mesh) -------------------
+# -- the executors: (be, geo, step, local) -> this rank's new local array (None off-mesh) ---------
 def _group(geo: Geometry, side: str, coord, m: int) -> tuple[list, list]:
     coords = group_coords(geo.mesh(side), coord, m)
     return coords, [rank_at(geo.ranks(side), geo.mesh(side), c) for c in coords]
 
 
-def _all_gather(be, geo, step, local):
+def run_all_gather(be, geo, step, local):
     a, b = geo.spec(step.mesh, step.src), geo.spec(step.mesh, step.dst)
     c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
     if c is None:
-        return _idle(be)
+        return idle(be)
     m = step.mesh_dim
     coords, ranks = _group(geo, step.mesh, c, m)
     boxes = [a.local_slices(cj) for cj in coords]
@@ -248,7 +133,7 @@ def _all_gather(be, geo, step, local):
     their_boxes = {r: [boxes[j]] for j, r in enumerate(ranks) if r != be.rank}
     axis = _slab_axis(boxes, want)
     if (len(set(shapes)) == 1 and box_numel(mine) and axis is not None and hasattr(be, "all_gather_into")
-            and _numel(box_shape(want)[:axis]) == 1):
+            and math.prod(box_shape(want)[:axis]) == 1):
         # the slabs lie in rank order in the output's memory: one collective fills it in place
         out = be.empty(box_shape(want), local)
         if be.all_gather_into(out, local, ranks):
@@ -262,10 +147,10 @@ def _all_gather(be, geo, step, local):
     return _assemble(be, want, list(zip(boxes, parts)), local)
 
 
-def _all_reduce(be, geo, step, local):
+def run_all_reduce(be, geo, step, local):
     c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
     if c is None:
-        return _idle(be, 2)
+        return idle(be, 2)
     m, op = step.mesh_dim, step.src[step.mesh_dim].op
     coords, ranks = _group(geo, step.mesh, c, m)
     n = len(ranks)
@@ -309,11 +194,11 @@ def _all_reduce_p2p(be, local, op, ranks, k, shape):
     return be.reshape(out, shape)
 
 
-def _reduce_scatter(be, geo, step, local):
+def run_reduce_scatter(be, geo, step, local):
     a, b = geo.spec(step.mesh, step.src), geo.spec(step.mesh, step.dst)
     c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
     if c is None:
-        return _idle(be)
+        return idle(be)
     m, op = step.mesh_dim, step.src[step.mesh_dim].op
     coords, ranks = _group(geo, step.mesh, c, m)
     k, have = c[m], a.local_slices(c)
@@ -327,11 +212,11 @@ def _reduce_scatter(be, geo, step, local):
     return be.divide(out, len(ranks)) if op == "avg" else out
 
 
-def _all_to_all(be, geo, step, local):
+def run_all_to_all(be, geo, step, local):
     a, b = geo.spec(step.mesh, step.src), geo.spec(step.mesh, step.dst)
     c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
     if c is None:
-        return _idle(be)
+        return idle(be)
     m = step.mesh_dim
     coords, ranks = _group(geo, step.mesh, c, m)
     base = c[:m] + (0,) + c[m + 1:]
@@ -361,7 +246,7 @@ def _all_to_all(be, geo, step, local):
     return _assemble(be, want, placed, local)
 
 
-def _slice(be, geo, step, local):
+def run_slice(be, geo, step, local):
     a, b = geo.spec(step.mesh, step.src), geo.spec(step.mesh, step.dst)
     c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
     if c is None:
@@ -369,7 +254,7 @@ def _slice(be, geo, step, local):
     return be.take(local, relative(b.local_slices(c), a.local_slices(c)))
 
 
-def _to_partial(be, geo, step, local):
+def run_to_partial(be, geo, step, local):
     a, b = geo.spec(step.mesh, step.src), geo.spec(step.mesh, step.dst)
     c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
     if c is None:
@@ -378,7 +263,7 @@ def _to_partial(be, geo, step, local):
     before, op, n = step.src[m], step.dst[m].op, geo.mesh(step.mesh)[m]
     if not isinstance(before, Shard):  # from Replicate
         if op == "sum" and c[m] != 0:
-            return be.full(be_shape(be, local), 0, local)
+            return be.full(tuple(be.shape(local)), 0, local)
         return local
     want = b.local_slices(c)
     fill = neutral(op, be.dtype_kind(local), be.dtype_info(local))
@@ -389,11 +274,7 @@ def _to_partial(be, geo, step, local):
     return out
 
 
-def be_shape(be, x) -> tuple:
-    return tuple(be.shape(x))
-
-
-def _rescale(be, geo, step, local):
+def run_rescale(be, geo, step, local):
     c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
     if c is None:
         return None
@@ -402,13 +283,13 @@ def _rescale(be, geo, step, local):
     return be.scale(local, n) if step.dst[m].op == "avg" else be.divide(local, n)
 
 
-def _sides(step: ReshardStep) -> tuple[str, str]:
+def _sides(step) -> tuple[str, str]:
     if step.mesh == CROSS:
-        return "src", DST
+        return SRC, DST
     return step.mesh, step.mesh
 
 
-def _p2p(be, geo, step, local):
+def run_p2p(be, geo, step, local):
     s_side, d_side = _sides(step)
     a, b = geo.spec(s_side, step.src), geo.spec(d_side, step.dst)
     a_ranks, b_ranks = geo.ranks(s_side), geo.ranks(d_side)
@@ -434,8 +315,8 @@ def _p2p(be, geo, step, local):
     return _assemble(be, want, placed, like)
 
 
-def _transfer(be, geo, step, local):
-    a, b = geo.spec("src", step.src), geo.spec(DST, step.dst)
+def run_transfer(be, geo, step, local):
+    a, b = geo.spec(SRC, step.src), geo.spec(DST, step.dst)
     outgoing, incoming, result = {}, {}, None
     for i, cb in enumerate(b.coords()):
         s, d = geo.src_ranks[i], geo.dst_ranks[i]
@@ -451,39 +332,5 @@ def _transfer(be, geo, step, local):
     return result
 
 
-StepExecutor = Callable[[object, Geometry, ReshardStep, object], object]
-
-#: step kind -> executor. Every plan step's ``collective`` must be a key here.
-STEP_EXECUTORS: dict[str, StepExecutor] = {
-    "all_gather": _all_gather,
-    "all_reduce": _all_reduce,
-    "reduce_scatter": _reduce_scatter,
-    "all_to_all": _all_to_all,
-    "slice": _slice,
-    "to_partial": _to_partial,
-    "rescale": _rescale,
-    "p2p": _p2p,
-    "transfer": _transfer,
-}
-
-
-_LOCAL_KINDS = ("slice", "to_partial", "rescale")
-
-
-def execute(be, geo: Geometry, plan: Sequence[ReshardStep], local):
-    """Run ``plan`` on this rank; ``local`` is None on a rank outside the source mesh.
-
-    A step whose plan bytes are 0 runs with no communication at all (every rank knows the plan,
-    so all skip alike and gloo's message numbering stays aligned)."""
-    for step in plan:
-        fn = STEP_EXECUTORS.get(step.collective)
-        if fn is None:
-            raise ReshardPlanError(
-                f"no executor for step kind {step.collective!r} ({step}); known kinds: "
-                f"{', '.join(STEP_EXECUTORS)}")
-        quiet = not step.bytes and step.collective not in _LOCAL_KINDS
-        local = fn(Quiet(be) if quiet else be, geo, step, local)
-    return local
-
-
-__all__ = ["Geometry", "STEP_EXECUTORS", "exchange", "execute"]
+__all__ = ["run_all_gather", "run_all_reduce", "run_all_to_all", "run_p2p", "run_reduce_scatter",
+           "run_rescale", "run_slice", "run_to_partial", "run_transfer"]
