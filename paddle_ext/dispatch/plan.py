@@ -131,7 +131,7 @@ def make_plan(op: str, slots: list, attrs: dict, flat: list, mesh, cmesh=None, a
             raise DispatchError(
                 f"{op}: inputs are on different meshes ({cd.describe_mesh(mesh)} and {cd.describe_mesh(other)}; "
                 f"inputs {specs}); every input of one op must be on the same mesh -- reshard across meshes first "
-                f"(paddle_ext.reshard.reshard(x, mesh, placements))")
+                f"(paddle_ext.reshard(x, mesh, placements))")
     mshape = tuple(int(s) for s in mesh.shape)
     if any(len(t.shape) == 0 for t in dist_ts):
         # a 0-D operand has no dims for a rule's notation (``loss.mean()`` of a scalar loss)
