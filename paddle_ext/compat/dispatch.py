@@ -15,11 +15,12 @@
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..errors import ConversionError
-from ..placements import DistSpec
+from ..placements import PLACEMENT_TYPES, DistSpec
 from . import fast_key
 from .convert import from_paddle_placements, mesh_shape, to_paddle_placements
 from .version import require_paddle
@@ -156,8 +157,6 @@ def replicate_dense(t, mesh):
 
 
 def _is_ext(p) -> bool:
-    from ..placements import PLACEMENT_TYPES
-
     return isinstance(p, PLACEMENT_TYPES)
 
 
@@ -237,8 +236,6 @@ def ignore_in_dy2static() -> None:
     dy2static skips functions by the file path of the modules it is given; the package that
     holds this module is already imported (it is our parent), so it is taken from
     ``sys.modules`` for its path rather than imported from below."""
-    import sys
-
     from paddle.jit.dy2static import convert_call_func as ccf
 
     ccf.add_ignore_module([sys.modules[__name__.split(".")[0]]])

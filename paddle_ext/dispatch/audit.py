@@ -26,6 +26,8 @@ import math
 from ..compat import dispatch as cd
 from ..placements import Partial, Shard, format_placements
 from .audit_report import _ACTIVE, _LOCK, AuditEntry, AuditReport, record_dispatch  # noqa: F401 - public here too
+from .enable import _resolve
+from .paddle_ops import OPS
 
 # ops outside enable()'s list that Paddle 3.3.1 was measured (or is known) to replicate on a
 # sharded input: (audit name, public targets, Paddle kernel name)
@@ -86,8 +88,6 @@ def _check(name: str, kernel: str, args, kwargs, result, report: AuditReport) ->
 
 
 def _watch_list():
-    from .paddle_ops import OPS
-
     out = [(o.name, o.targets, KERNEL.get(o.name, o.name)) for o in OPS]
     out += list(EXTRA)
     return out
@@ -106,8 +106,6 @@ class audit:
         self._live = False
 
     def __enter__(self) -> AuditReport:
-        from .enable import _resolve
-
         self._live = True
         for name, targets, kernel in _watch_list():
             if self.only is not None and name not in self.only:

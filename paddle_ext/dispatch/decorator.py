@@ -21,6 +21,7 @@ import functools
 import inspect
 from typing import Callable
 
+from ..compat.dispatch import ignore_in_dy2static
 from ..errors import ShardingRuleError
 from .core import DispatchError, dispatch, get_rule, has_dist
 
@@ -104,8 +105,6 @@ def _as_function(sop: SpmdOp) -> Callable:
     functools.update_wrapper(op, sop.fn)
     op.spmd = sop
     try:
-        from ..compat.dispatch import ignore_in_dy2static
-
         ignore_in_dy2static()
     except Exception:  # no Paddle yet: enable()/dispatch register it later
         pass

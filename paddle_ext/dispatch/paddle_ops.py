@@ -16,6 +16,9 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+from ..compat.dispatch import is_dist, is_tensor
+from .core import HandBack, dispatch
+
 
 @dataclass(frozen=True)
 class PaddleOp:
@@ -28,12 +31,6 @@ class PaddleOp:
     attrs: Callable                # (bound arguments dict) -> rule attrs, or None: not covered
     local: Callable | None = None  # (original, arguments, local tensors, ctx) -> output(s)
     note: str = ""
-
-
-def _is_tensor(v) -> bool:
-    from ..compat.dispatch import is_tensor
-
-    return is_tensor(v)
 
 
 def _ints(v, n: int):
@@ -64,7 +61,7 @@ def _opt_axis(v):
 
 # -- attrs builders -----------------------------------------------------------------------------------
 def _masked_fill(a):
-    return None if _is_tensor(a["value"]) else {"value": a["value"]}
+    return None if is_tensor(a["value"]) else {"value": a["value"]}
 
 
 def _tri(a):
@@ -145,7 +142,7 @@ def _adaptive_attrs(a):
     osz = a["output_size"]
     if isinstance(osz, int) and not isinstance(osz, bool):
         osz = [osz, osz]
-    if not isinstance(osz, (list, tuple)) or len(osz) != 2 or any(_is_tensor(v) for v in osz):
+    if not isinstance(osz, (list, tuple)) or len(osz) != 2 or any(is_tensor(v) for v in osz):
         return None
     osz = [int(x.shape[d]) if v is None else int(v) for v, d in zip(osz, spatial)]
     return {"output_size": osz, "data_format": fmt}
@@ -159,11 +156,11 @@ def _interp_attrs(a):
     spatial = [d for d in range(1, len(x.shape)) if d != fmt.index("C")]
     size, scale = a.get("size"), a.get("scale_factor")
     if size is not None:
-        if _is_tensor(size) or (isinstance(size, (list, tuple)) and any(_is_tensor(v) for v in size)):
+        if is_tensor(size) or (isinstance(size, (list, tuple)) and any(is_tensor(v) for v in size)):
             return None
         out = _ints(size, len(spatial))
     elif scale is not None:
-        if _is_tensor(scale):
+        if is_tensor(scale):
             return None
         sc = [scale] * len(spatial) if isinstance(scale, (int, float)) else list(scale)
         if len(sc) != len(spatial):
@@ -179,7 +176,7 @@ def _interp_attrs(a):
 def _pad_attrs(a):
     x = a["x"]
     pad = a["pad"]
-    if _is_tensor(pad) or not isinstance(pad, (list, tuple)) or any(_is_tensor(v) for v in pad):
+    if is_tensor(pad) or not isinstance(pad, (list, tuple)) or any(is_tensor(v) for v in pad):
         return None
     nd = len(x.shape)
     if nd not in _FMT or len(pad) != 2 * (nd - 2):
@@ -192,7 +189,7 @@ def _pad_attrs(a):
 
 def _gather(a):
     axis = a.get("axis")
-    if _is_tensor(axis) or a.get("out") is not None or len(a["index"].shape) != 1:
+    if is_tensor(axis) or a.get("out") is not None or len(a["index"].shape) != 1:
         return None
     return {"axis": 0 if axis is None else int(axis)}
 
@@ -335,9 +332,6 @@ def _note_hand_back(name: str, why: str) -> None:
 
 def make_wrapper(op: PaddleOp, original: Callable) -> Callable:
     """The patched public function: DistTensor calls through the rule, the rest to ``original``."""
-    from ..compat.dispatch import is_dist
-    from .core import HandBack, dispatch
-
     try:
         sig = inspect.signature(original)
     except (TypeError, ValueError):
@@ -358,7 +352,7 @@ def make_wrapper(op: PaddleOp, original: Callable) -> Callable:
         attrs = op.attrs(a)
         if attrs is None:
             return original(*args, **kwargs)
-        slots = [a.get(n) if _is_tensor(a.get(n)) else None for n in names]
+        slots = [a.get(n) if is_tensor(a.get(n)) else None for n in names]
 
         def run_local(local_slots, ctx):
             if op.local is not None:

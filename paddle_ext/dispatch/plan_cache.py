@@ -57,33 +57,21 @@ def lookup(rt: DygraphRuntime, op: str, slots: Sequence, attrs: dict):
     return plan, attrs, no_grad
 
 
-def python_layout(rt: DygraphRuntime, slots: Sequence):
+def python_layout(rt: DygraphRuntime, slots: Sequence, lists_are_dense: bool = False):
     """``(layout, no_grad)`` for the slots (see the module docstring), ``(None, no_grad)`` when
-    the DistTensors are on different meshes, or None when no slot holds a DistTensor."""
-    got = _scan(rt, slots, False)
-    if got is _LIST:   # a list slot: the tensors flat, then each slot's length (or whether it is None)
-        got = _scan(rt, flatten_slots(slots), True)
-        if got is not None and got[0] is not None:
-            got = (got[0] + (tuple(len(s) if isinstance(s, (list, tuple)) else s is None for s in slots),),
-                   got[1])
-    return got
-
-
-_LIST = object()
-
-
-def _scan(rt: DygraphRuntime, items: Sequence, lists_are_dense: bool):
-    """:func:`python_layout` of ``items``; ``_LIST`` at a list when ``lists_are_dense`` is False.
+    the DistTensors are on different meshes, or None when no slot holds a DistTensor.
 
     The layout is flat: per DistTensor its shape and placements string (or placements), per
-    other object ``"dense"`` and its shape, per None a None; last the mesh number."""
+    other object ``"dense"`` and its shape, per None a None; then, when a slot is a list, each
+    slot's length (or whether it is None); last the mesh number. ``lists_are_dense``: the items
+    are the flattened slots (a list inside a list slot is just an object)."""
     Tensor = rt.tensor
     pstr = rt.has_placements_str
     key = []
     mesh = None
     mixed = False
     no_grad = True
-    for t in items:
+    for t in slots:
         if isinstance(t, Tensor):
             if t.is_dist():
                 pm = t.process_mesh
@@ -101,7 +89,7 @@ def _scan(rt: DygraphRuntime, items: Sequence, lists_are_dense: bool):
         elif t is None:
             key.append(None)
         elif isinstance(t, (list, tuple)) and not lists_are_dense:
-            return _LIST
+            return _with_list_slots(rt, slots)
         else:
             key.append("dense")
             key.append(tuple(getattr(t, "shape", ())))
@@ -114,6 +102,15 @@ def _scan(rt: DygraphRuntime, items: Sequence, lists_are_dense: bool):
         return None, no_grad
     key.append(number)
     return tuple(key), no_grad
+
+
+def _with_list_slots(rt: DygraphRuntime, slots: Sequence):
+    """:func:`python_layout` of slots holding a list: the tensors flat, then the slots' shape."""
+    got = python_layout(rt, flatten_slots(slots), True)
+    if got is None or got[0] is None:
+        return got
+    shape = tuple(len(s) if isinstance(s, (list, tuple)) else s is None for s in slots)
+    return got[0][:-1] + (shape, got[0][-1]), got[1]
 
 
 def mesh_number(rt: DygraphRuntime, mesh) -> int | None:
