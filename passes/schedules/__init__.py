@@ -48,7 +48,7 @@ class ScheduleInfo:
     >>> info.valid_sizes(2, 4), info.valid_sizes(2, 3), info.valid_sizes(2, 4, n_chunks=1)
     (True, False, False)
     >>> info.nearest_valid_sizes(2, 3, 1), get_schedule_info("VPP").nearest_valid_sizes(4, 6, 3)
-    ((2, 4, 2), (4, 8, 3))
+    ((2, 4, 2), (4, 6, 3))
     """
 
     name: str

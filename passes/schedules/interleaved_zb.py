@@ -3,8 +3,8 @@ W's deferred to fill the bubbles, as ZB-H1 does for one chunk.
 
 Rank ``r`` follows VPP's order with each ``B`` replaced by ``I``, and runs the ``W`` of its
 ``k``-th backward right after its ``(k + r)``-th ``I``; the last ``r`` W's close the list.
-Placement ``loop``. Constraints as VPP: ``n_microbatches`` a multiple of ``n_ranks``; any
-``n_chunks >= 1`` (default 2). Unit costs per chunk (F = I = W = 1), measured over the test grid:
+Placement ``loop``. Sizes as VPP: any ``n_microbatches >= 1`` (rounds of ``p`` to ``2p - 1``
+microbatches when ``m`` is not a multiple of ``p``) and any ``n_chunks >= 1`` (default 2). Unit costs per chunk (F = I = W = 1), measured over the test grid:
 bubble ``(p - 1) / (3 v m)`` of ideal, a third of VPP's.
 
 >>> from paddle_ext.passes import simulate_schedule, format_timeline
@@ -21,7 +21,7 @@ from ._checks import SizeRule
 from .interleaved_1f1b import interleaved_order
 
 NAME = "InterleavedZB"
-SIZES = SizeRule(multiple_of_ranks=True, multiple_why="microbatches enter the pipeline in groups of n_ranks")
+SIZES = SizeRule()  # any n_chunks, any n_microbatches, as VPP
 
 
 def interleaved_zb(n_ranks: int, n_microbatches: int, n_chunks: int = 2) -> Schedule:

@@ -267,9 +267,9 @@ ROWS: tuple[Row, ...] = (
     # -- schedules ---------------------------------------------------------------------------
     Row("schedule-unknown-name", "schedules", 'get_schedule_generator("ZB-H3")', "ScheduleError",
         "unknown schedule 'ZB-H3' (did you mean ZBH2, ZBH1?); known schedules: FThenB (alias GPipe), 1F1B,"),
-    Row("schedule-vpp-divisible", "schedules", 'generate_schedule("VPP", 4, 6)', "ScheduleError",
-        "VPP: n_microbatches (--microbatches) must be a multiple of n_ranks (4) because microbatches enter the "
-        "pipeline in groups of n_ranks; got 6: use 4 or 8"),
+    Row("schedule-overlap-cell", "schedules", 'schedule_from_csv("(0F7;0B3)OVERLAP_F_B\\n")', "ScheduleError",
+        "CSV row 0 (rank 0), column 0: invalid overlapped pair '(0F7;0B3)OVERLAP_F_B': OVERLAP_F_B holds two "
+        "actions, a forward and a backward (B or I) of two different stages"),
     Row("schedule-dualpipev-few", "schedules", 'generate_schedule("DualPipeV", 4, 4)', "ScheduleError",
         "DualPipeV: n_microbatches (--microbatches) must be >= 8 because DualPipeV needs at least as many "
         "microbatches as stages (2 x 4 ranks); got 4: use at least 8 microbatches"),
@@ -433,9 +433,9 @@ ROWS: tuple[Row, ...] = (
         "paddle-ext demo: error: --microbatches 3 does not divide the batch of 8; use 1, 2, 4 or 8"),
     Row("cli-schedule-name", "CLI", "paddle-ext schedule Foo -P 2 -M 4", "exit 2",
         "paddle-ext schedule: error: unknown schedule 'Foo'; known schedules:"),
-    Row("cli-schedule-vpp", "CLI", "paddle-ext schedule VPP --stages 4 --microbatches 6", "exit 2",
-        "paddle-ext schedule: error: VPP: n_microbatches (--microbatches) must be a multiple of n_ranks (4) "
-        "because microbatches enter the pipeline in groups of n_ranks; got 6: use 4 or 8"),
+    Row("cli-schedule-dualpipev-few", "CLI", "paddle-ext schedule DualPipeV --stages 4 --microbatches 6", "exit 2",
+        "paddle-ext schedule: error: DualPipeV: n_microbatches (--microbatches) must be >= 8 because DualPipeV "
+        "needs at least as many microbatches as stages (2 x 4 ranks); got 6: use at least 8 microbatches"),
     Row("cli-schedule-missing-m", "CLI", "paddle-ext schedule 1F1B --stages 2", "exit 2",
         "paddle-ext schedule: error: the following arguments are required: -M/--microbatches"),
     Row("cli-schedule-not-int", "CLI", "paddle-ext schedule 1F1B -P two -M 4", "exit 2",

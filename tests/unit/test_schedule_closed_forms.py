@@ -57,6 +57,8 @@ def closed_form(name, p, m, v):
         # never more than m.
         return (m + p - 1) * (F + B), tuple(min(p - r, m) for r in ranks), "Narayanan et al. 2021, 1F1B"
     if name == "VPP":
+        if m % p:
+            return None  # rounds of p..2p-1 microbatches: tests/unit/test_schedule_interleaved_any_m.py
         # Interleaved 1F1B (Narayanan et al., SC'21, sec. 2.2.2): bubble (p-1)(t_f+t_b)/v where
         # t_f, t_b are a rank's whole-model times, i.e. (p-1)(F+B) in chunk units; work v m (F+B).
         # Warm-up forwards of rank r (Megatron-LM's interleaved schedule): 2(p-1-r) + (v-1)p
@@ -107,6 +109,8 @@ def closed_form(name, p, m, v):
         # reaches the floor (the figure docs/schedules.md states).
         return skew_bound(p, m, 2), tuple(2 * p + 1 for _ in ranks), "DeepSeek-V3 Table 2, DualPipe(V)"
     if name == "InterleavedZB":
+        if m % p:
+            return None  # as VPP
         # INVARIANT / derived from the schedule's own definition (no published closed form):
         # VPP's order (warm-up w_r as above) with B split and the W of the k-th I run after the
         # (k+r)-th I, as ZB-H1 does. Counting F's minus W's along that order: after the warm-up
