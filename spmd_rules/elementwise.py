@@ -11,8 +11,6 @@ from paddle_ext.spmd.registry import register_spmd_rule
 UNARY = ("relu", "exp", "tanh", "sigmoid", "sqrt", "abs", "silu", "sin", "cos", "log", "rsqrt",
          "square", "floor", "ceil", "sign", "reciprocal", "erf", "logsigmoid", "softsign", "relu6",
          "hardswish", "assign")
-UNARY_WITH_ATTR = {"gelu": ("approximate", bool), "leaky_relu": ("negative_slope", float),
-                   "swish": ("beta", float), "elu": ("alpha", float)}
 BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "fmax", "fmin",
           "elementwise_pow", "floor_divide", "remainder")
 
@@ -35,16 +33,21 @@ def _gelu(x: DistSpec, approximate: bool = False):
     return UNARY_NOTATION
 
 
-def _float_attr(x: DistSpec, value: float = 0.0):
+def _leaky_relu(x: DistSpec, negative_slope: float = 0.01):
     """... -> ..."""
     return UNARY_NOTATION
 
 
-for _name in UNARY:
+def _elu(x: DistSpec, alpha: float = 1.0):
+    """... -> ..."""
+    return UNARY_NOTATION
+
+
+for _name in UNARY + ("swish",):   # Paddle's swish kernel takes no attribute
     register_spmd_rule(_name)(_unary)
 register_spmd_rule("gelu")(_gelu)
-for _name in ("leaky_relu", "swish", "elu"):
-    register_spmd_rule(_name)(_float_attr)
+register_spmd_rule("leaky_relu")(_leaky_relu)
+register_spmd_rule("elu")(_elu)
 for _name in BINARY:
     register_spmd_rule(_name)(_binary)
 

@@ -69,10 +69,6 @@ def is_dist_tensor_spec(obj) -> bool:
     return type(obj).__name__ == "DistTensorSpec"
 
 
-def is_dist_attr(obj) -> bool:
-    return type(obj).__name__ == "TensorDistAttr"
-
-
 def _call(obj, name):
     v = getattr(obj, name)
     return v() if callable(v) else v
@@ -144,13 +140,6 @@ def spec_from_dist_attr(attr, shape: Sequence[int]) -> DistSpec:
     return DistSpec(tuple(shape), tuple(int(s) for s in attr.process_mesh.shape), from_dist_attr(attr))
 
 
-def call_phi_rule(name: str, args: Sequence, backward: bool = False):
-    """Call Paddle's rule ``name`` with already converted positional args."""
-    rule = phi_rule(name)
-    fn = rule.infer_backward if backward else rule.infer_forward
-    return fn(*args)
-
-
-__all__ = ["absent_dist_attr", "call_phi_rule", "dist_attr", "dist_tensor_spec", "has_phi_rule", "is_dist_attr",
+__all__ = ["absent_dist_attr", "dist_attr", "dist_tensor_spec", "has_phi_rule",
            "is_absent_dist_tensor_spec", "is_dist_tensor_spec", "mesh_of_dist_tensor_spec", "phi_rule", "process_mesh", "spec_from_dist_attr",
            "spec_from_dist_tensor_spec"]

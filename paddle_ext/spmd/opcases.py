@@ -38,20 +38,12 @@ class OpCase:
     tags: tuple = field(default=())
 
 
-def _std(rng, shapes, attrs):
-    return [np.asarray(rng.standard_normal(s), dtype=np.float64) for s in shapes]
-
-
 def _positive(rng, shapes, attrs):
     return [np.abs(np.asarray(rng.standard_normal(s))) + 0.5 for s in shapes]
 
 
 def _shape(rng, ndim, lo=1, hi=7):
     return tuple(int(v) for v in rng.integers(lo, hi + 1, size=ndim))
-
-
-def _flat_args(specs, attrs, names):
-    return list(specs) + [attrs[n] for n in names]
 
 
 CASES: dict[str, OpCase] = {}   # the families below, plus every case registered with its rule
@@ -452,9 +444,4 @@ _add(OpCase("cumsum", lambda a: lambda x: _cumsum_np(x, a),
                                               a.get("exclusive", False), a.get("reverse", False)]))
 
 
-def paddle_only_ops() -> dict[str, str]:
-    """Paddle rules with a Python-callable op mapped here: Paddle name -> case name."""
-    return {c.paddle: c.op for c in CASES.values() if c.paddle}
-
-
-__all__ = ["CASES", "OpCase", "add_case", "paddle_only_ops"]
+__all__ = ["CASES", "OpCase", "add_case"]
