@@ -1,4 +1,4 @@
-"""paddle-ext's SPMD rule engine (pure: imports no Paddle until a Paddle rule is asked for).
+"""paddle-ext's SPMD rule engine (pure: imports neither Paddle nor compat).
 
 * :mod:`.notation`  -- the rule notation (``"b m k, k n -> b m n | reduce(max): k"``).
 * :mod:`.einsum`    -- einsum inference: merge, conflicts, partial outputs, reshards.
@@ -6,6 +6,10 @@
 * :mod:`.onedim`    -- rules written for one mesh dim, expanded to N-D meshes.
 * :mod:`.registry`  -- ``register_spmd_rule`` / ``get_spmd_rule`` (Paddle's C++ rules as fallback).
 * :mod:`.validator` -- ground truth on simulated ranks (false positives / negatives).
+
+Paddle's C++ rules and its calling convention reach the registry through one port,
+:class:`~.registry.PaddleRules`, which :mod:`paddle_ext.compat.spmd_bridge` connects on
+``import paddle_ext``.
 
 Pure API::
 
