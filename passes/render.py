@@ -29,7 +29,8 @@ COMM_COLOR = "#BBBBBB"
 def format_timeline(result: SimulationResult, unit: float = 1.0) -> str:
     """One row per rank, one cell per ``unit`` of time: the action that starts there, ``~`` while
     it continues, ``.`` when the rank computes nothing. Communication and zero-cost actions are
-    not drawn."""
+    not drawn; the two actions of an overlapped F&B pair share their slot (the second in its
+    second cell, when the slot has one)."""
     if unit <= 0:
         raise ScheduleError(f"unit must be > 0, got {unit}")
     width = max((len(str(a)) for acts in result.actions for a in acts if a.is_compute), default=1)
@@ -41,10 +42,16 @@ def format_timeline(result: SimulationResult, unit: float = 1.0) -> str:
     for index, label in enumerate(labels):
         cells = [idle] * n_cells
         used = 0
+        previous = None  # (start, end) of the last drawn compute action
         for action, start, end in result.timed(index):
             if not action.is_compute or end <= start:  # zero-cost actions take no cell
                 continue
             first, last = int(round(start / unit)), int(round(end / unit))
+            if previous == (start, end):  # the second action of an overlapped pair: next cell of the slot
+                if first + 1 < min(last, n_cells):
+                    cells[first + 1] = str(action).rjust(width)
+                continue
+            previous = (start, end)
             if first < n_cells:
                 cells[first] = str(action).rjust(width)
             for cell in range(first + 1, min(last, n_cells)):

@@ -1,8 +1,8 @@
 """``paddle-ext schedule``: generate, check, simulate and draw a pipeline schedule.
 
     paddle-ext schedule NAME --stages P --microbatches M [--chunks V] [--costs F,B,W]
-                        [--latency L] [--lowered] [--json] [--csv FILE] [--out FILE.png|.svg]
-                        [--trace FILE.json]
+                        [--latency L] [--lowered] [--recv blocking|early] [--overlap max|sum|off]
+                        [--json] [--csv FILE] [--out FILE.png|.svg] [--trace FILE.json]
     paddle-ext schedule --compare 1F1B,ZBH1,ZBV -P 4 -M 8
 
 ``--stages`` is the number of pipeline ranks ``p`` (Paddle's ``pp_degree``); ``--chunks`` is
@@ -10,6 +10,10 @@ stages per rank ``v`` (default: the schedule's own, 2 for VPP, LoopedBFS, ZBV, D
 InterleavedZB), so the model is cut into ``p * v`` stages. ``--costs F,B,W`` are the times of a
 forward, of a backward for inputs (``I``; a full ``B`` costs ``B + W``) and of a backward for
 weights, per stage; the default ``1,1,1`` is the zero-bubble paper's equal-cost case.
+``--recv`` picks the runtime model of a receive in the lowered schedule (``blocking``: it waits
+where it sits; ``early``: posted there, waited by the compute that needs it) and implies
+``--lowered``; ``--overlap max|sum`` times DualPipeV's overlapped F&B pairs as one slot (``off``,
+the default, runs them one after the other). ``--compare`` adds both receive models side by side.
 Everything runs in pure Python; no Paddle is imported.
 """
 from __future__ import annotations
@@ -38,7 +42,14 @@ def register(subparsers) -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="point-to-point latency in cost units (default 0)")
     parser.add_argument("--lowered", action="store_true", help="add SEND/RECV (add_send_recv) and simulate them "
                         "as blocking rendezvous, as with gloo")
-    parser.add_argument("--compare", metavar="A,B,...", help="print a comparison table of these schedules")
+    parser.add_argument("--recv", choices=("blocking", "early"), default=None,
+                        help="receive model of the lowered schedule (implies --lowered): blocking = waits where it "
+                        "sits (default with --lowered), early = posted there and waited at first use")
+    parser.add_argument("--overlap", choices=("max", "sum", "off"), default="off",
+                        help="time DualPipeV's overlapped F&B pairs as one slot of max(F,B) or F+B (default off: "
+                        "one after the other)")
+    parser.add_argument("--compare", metavar="A,B,...", help="print a comparison table of these schedules, "
+                        "with the blocking and early receive models side by side")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("--csv", metavar="FILE", help="write the schedule as CSV (torch.distributed.pipelining layout)")
     parser.add_argument("--out", metavar="FILE", help="draw the timeline to FILE (.png, .svg or .pdf; needs matplotlib)")
@@ -49,14 +60,29 @@ def register(subparsers) -> None:
 def _build(name, args, costs):
     """(info, v, schedule, result) for one schedule name."""
     from ..passes import add_send_recv, get_schedule_info, simulate_schedule
+    from ..passes.overlap import mark_dualpipe_overlaps
 
     info = get_schedule_info(name)
     chunks = info.default_chunks if args.chunks is None else args.chunks
     schedule = info.generate(args.stages, args.microbatches, chunks)
-    if args.lowered:
+    if args.overlap != "off" and info.name == "DualPipeV":
+        schedule = mark_dualpipe_overlaps(schedule)
+    if args.lowered or args.recv:
         schedule = add_send_recv(schedule, costs=costs, comm_latency=args.latency)
-    result = simulate_schedule(schedule, costs=costs, comm_latency=args.latency)
+    result = simulate_schedule(schedule, costs=costs, comm_latency=args.latency, recv=args.recv or "blocking",
+                               overlap=args.overlap)
     return info, chunks, schedule, result
+
+
+def _recv_models(schedule, args, costs) -> dict:
+    """Makespan of the lowered schedule under each receive model (lowered with unit costs when
+    some cost is 0: the costs only steer where the SEND/RECV go)."""
+    from ..passes import Costs, add_send_recv, compute_only, simulate_schedule
+
+    steer = costs if min(costs.forward, costs.backward_input, costs.backward_weight) > 0 else Costs()
+    lowered = add_send_recv(compute_only(schedule), costs=steer, comm_latency=args.latency)
+    return {recv: simulate_schedule(lowered, costs=costs, comm_latency=args.latency, recv=recv,
+                                    overlap=args.overlap).makespan for recv in ("blocking", "early")}
 
 
 def _figures(info, chunks, args, result, costs) -> dict:
@@ -64,7 +90,8 @@ def _figures(info, chunks, args, result, costs) -> dict:
         "name": info.name, "stages": args.stages, "chunks": chunks, "total_stages": args.stages * chunks,
         "placement": info.placement, "microbatches": args.microbatches,
         "costs": {"F": costs.forward, "I": costs.backward_input, "W": costs.backward_weight, "B": costs.backward},
-        "comm_latency": args.latency, "lowered": bool(args.lowered),
+        "comm_latency": args.latency, "lowered": bool(args.lowered or args.recv), "recv": result.recv,
+        "overlap": result.overlap, "overlapped_pairs": list(result.overlapped_pairs), "idle": list(result.idle),
         "makespan": result.makespan, "ideal": result.ideal, "bubble_ratio": result.bubble_ratio,
         "bubble_vs_ideal": result.bubble_vs_ideal, "steady_bubble_vs_ideal": result.steady_bubble_vs_ideal,
         "peak_activations": list(result.peak_activations),
@@ -93,7 +120,9 @@ def run(args) -> int:
     print(f"{info.name}: {args.stages} ranks x {chunks} chunk(s) = {args.stages * chunks} stages "
           f"({info.placement} placement), {args.microbatches} microbatches, costs F={costs.forward:g} "
           f"I={costs.backward_input:g} W={costs.backward_weight:g} B={costs.backward:g}"
-          + (", lowered (blocking SEND/RECV)" if args.lowered else ""))
+          + (f", lowered (blocking SEND/RECV), {result.recv} receives" if args.lowered or args.recv else "")
+          + (f", overlapped F&B pairs timed as {result.overlap} ({sum(result.overlapped_pairs)} pairs)"
+             if args.overlap != "off" else ""))
     unit = min((c for c in (costs.forward, costs.backward_input, costs.backward_weight) if c > 0), default=1.0)
     if result.makespan / unit <= _MAX_TIMELINE_CELLS:
         print(format_timeline(result, unit=unit))
@@ -149,17 +178,18 @@ def _compare(args, costs) -> int:
     rows = []
     for name in [n.strip() for n in args.compare.split(",") if n.strip()]:
         try:
-            info, chunks, _, result = _build(name, args, costs)
+            info, chunks, schedule, result = _build(name, args, costs)
         except ScheduleError as exc:
             if "unknown schedule" in str(exc):
                 raise
             rows.append({"name": name, "error": str(exc)})
             continue
-        rows.append(_figures(info, chunks, args, result, costs))
+        rows.append(dict(_figures(info, chunks, args, result, costs), recv_models=_recv_models(schedule, args, costs)))
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    header = ("schedule", "v", "makespan", "bubble/ideal", "steady", "idle", "peak act", "peak (full mb)")
+    header = ("schedule", "v", "makespan", "bubble/ideal", "steady", "idle", "peak act", "peak (full mb)",
+              "recv blocking", "recv early")
     table, errors = [header], []
     for row in rows:
         if "error" in row:
@@ -168,9 +198,12 @@ def _compare(args, costs) -> int:
         peak = max(row["peak_activations"])
         table.append((row["name"], str(row["chunks"]), f"{row['makespan']:g}", f"{row['bubble_vs_ideal']:.2%}",
                       f"{row['steady_bubble_vs_ideal']:.2%}", f"{row['bubble_ratio']:.2%}", str(peak),
-                      f"{peak / row['chunks']:g}"))
+                      f"{peak / row['chunks']:g}", f"{row['recv_models']['blocking']:g}",
+                      f"{row['recv_models']['early']:g}"))
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    print(f"p={args.stages} ranks, m={args.microbatches} microbatches, costs F,B,W={args.costs}")
+    print(f"p={args.stages} ranks, m={args.microbatches} microbatches, costs F,B,W={args.costs}, latency "
+          f"{args.latency:g}, overlap {args.overlap}; recv blocking / early: makespan of the lowered schedule "
+          f"with receives waited where they sit / posted early and waited at first use")
     for r in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
     for line in errors:

@@ -93,7 +93,7 @@ def test_missing_matplotlib_names_the_extra(capsys, tmp_path, monkeypatch):
     (["nope", "-P", "2", "-M", "2"], "unknown schedule 'nope'"),
     (["-P", "2", "-M", "2"], "give a schedule NAME"),
     (["ZBV", "-P", "2", "-M", "2", "--chunks", "3"], "must be 2"),
-    (["VPP", "-P", "4", "-M", "6"], "use 4 or 8"),
+    (["DualPipeV", "-P", "4", "-M", "6"], "use at least 8 microbatches"),
     (["1F1B", "-P", "2", "-M", "2", "--costs", "1,1"], "three numbers F,B,W"),
     (["--compare", "1F1B,nope", "-P", "2", "-M", "2"], "unknown schedule 'nope'"),
     (["1F1B", "--compare", "ZBV", "-P", "2", "-M", "2"], "--compare takes no NAME"),
