@@ -49,7 +49,7 @@ def _profile(args, model, out: Path):
     print(f"paddle-ext plan: no --profile: measuring one on {args.nproc} ranks -> {out}/profile.json",
           file=sys.stderr)
     with _lock(args.lock):
-        data = build_profile(requirements(model, cands, args.nproc)[0], args.nproc, timeout=args.timeout)
+        data = build_profile(requirements(model, cands, args.nproc)[0], args.nproc, model.config, timeout=args.timeout)
     (out / "profile.json").write_text(json.dumps(data, indent=1))
     return Profile.from_json(data, str(out / "profile.json"))
 
@@ -128,8 +128,9 @@ def register(subparsers) -> None:
     add_model_arguments(parser)
     parser.add_argument("--profile", default=None, help="cost profile JSON (default: measure one now)")
     parser.add_argument("--memory-limit", default=None, help="memory per rank, e.g. 2GiB (default: no limit)")
-    parser.add_argument("--nodes", type=int, default=1, help="nodes the ranks span (groups across nodes use the "
-                                                             "profile's inter_node figures)")
+    parser.add_argument("--nodes", type=int, default=None,
+                        help="nodes the ranks span (default: nproc / the profile's ranks_per_node, else 1); groups "
+                             "across nodes use the profile's inter_node figures")
     parser.add_argument("--top", type=int, default=DEFAULT_TOP, help=f"plans shown (default {DEFAULT_TOP})")
     parser.add_argument("--run", type=int, default=0, metavar="K", help="run the K best plans the demo runner can run")
     parser.add_argument("--steps", type=int, default=6, help="training steps per run plan (default 6)")

@@ -34,7 +34,7 @@ def run(args) -> int:
     from ..plan.profile import build_profile
 
     with _lock(args.lock):
-        profile = build_profile(gemms, args.nproc, timeout=args.timeout)
+        profile = build_profile(gemms, args.nproc, model.config, timeout=args.timeout)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(profile, f, indent=1)
     print(f"profile written to {args.out}")

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ..passes.schedules import generate_schedule
 from ..passes.simulate import simulate_schedule
 from .candidates import Candidate
-from .memory import local_param_shape, rank_memory
+from .memory import local_param_shape, state_bytes
 from .model_desc import ModelDesc
 from .profile_data import Profile
 from .stage_cost import CommCost, StageCost, reshard_bytes, stage_costs, stage_layers
@@ -38,6 +38,7 @@ class Prediction:
     parts: Dict[str, float]
     peak_bytes: float
     memory: Dict[str, float] = field(default_factory=dict)
+    simulated: bool = True   # False: a pipeline plan whose step is a lower bound (its compute, no bubble)
 
     def top(self, k: int = 3) -> List[Tuple[str, float]]:
         """The ``k`` largest contributions as ``(cause, fraction of the step)``."""
@@ -53,6 +54,28 @@ def _schedule(name: str, pp: int, m: int, v: int):
 
 
 @lru_cache(maxsize=8192)
+def live_activation_peaks(name: str, pp: int, m: int, v: int, act: tuple) -> Tuple[float, ...]:
+    """Peak live activation bytes per rank (ranks in order) by the simulator's rule: an F makes
+    its stage's activation live until the W (split backward) or the B of that stage and microbatch.
+    The peak depends only on each rank's action order, so no timing is needed."""
+    sched, _ = _schedule(name, pp, m, v)
+    peaks = []
+    for r in sorted(sched):
+        live = peak = 0.0
+        for a in sched[r]:
+            if a is None:
+                continue
+            kind = str(a[1]).rsplit(".", 1)[-1]
+            if kind == "F":
+                live += act[a[0]]
+                peak = max(peak, live)
+            elif kind in ("W", "B"):
+                live -= act[a[0]]
+        peaks.append(peak)
+    return tuple(peaks)
+
+
+@lru_cache(maxsize=8192)
 def _simulate(name: str, pp: int, m: int, v: int, costs: tuple, act: tuple, latency: float):
     sched, _ = _schedule(name, pp, m, v)
     r = simulate_schedule(sched, {"F": 0.0, "I": 0.0, "W": 0.0}, comm_latency=latency,
@@ -61,23 +84,39 @@ def _simulate(name: str, pp: int, m: int, v: int, costs: tuple, act: tuple, late
     return r.makespan, tuple(r.busy), tuple(r.peak_activation_bytes), tuple(r.ranks)
 
 
-def _dp_sync(layers, c: Candidate, comm: CommCost, itemsize: int) -> Dict[str, float]:
+def _dp_sync(layers, c: Candidate, comm: CommCost, itemsize: int, memo: dict) -> Dict[str, float]:
+    """Seconds of the data-parallel / ZeRO collectives over the parameters of ``layers``."""
     parts: Dict[str, float] = {}
     if c.dp <= 1:
         return parts
+    inter = comm.inter_node("dp")
+    for layer in layers:
+        sig = memo.get(("sig", id(layer)))
+        if sig is None:
+            sig = memo[("sig", id(layer))] = tuple((p.shape, p.role) for p in layer.params)
+        key = ("sync", sig, c.dp, c.tp, c.zero, c.microbatches, inter)
+        one = memo.get(key)
+        if one is None:
+            one = memo[key] = _layer_sync(layer, c, comm.profile, inter, itemsize)
+        for name, value in one.items():
+            parts[name] = parts.get(name, 0.0) + value
+    return parts
+
+
+def _layer_sync(layer, c: Candidate, profile: Profile, inter: bool, itemsize: int) -> Dict[str, float]:
+    parts: Dict[str, float] = {}
 
     def add(name, kind, nbytes, times=1):
-        parts[name] = parts.get(name, 0.0) + times * comm.time(kind, c.dp, nbytes, "dp")
+        parts[name] = parts.get(name, 0.0) + times * profile.collective(kind, c.dp, nbytes, inter)
 
-    for layer in layers:
-        for p in layer.params:
-            shape = local_param_shape(p, c.tp)
-            if c.zero == 0:
-                add("dp all-reduce", "all_reduce", reshard_bytes(shape, c.dp, "[P]", "[R]", itemsize))
-                continue
-            add("zero reduce-scatter", "reduce_scatter", reshard_bytes(shape, c.dp, "[P]", "[S(0)]", itemsize))
-            gathers = 2 * c.microbatches if c.zero == 3 else 1
-            add("zero all-gather", "all_gather", reshard_bytes(shape, c.dp, "[S(0)]", "[R]", itemsize), gathers)
+    for p in layer.params:
+        shape = local_param_shape(p, c.tp)
+        if c.zero == 0:
+            add("dp all-reduce", "all_reduce", reshard_bytes(shape, c.dp, "[P]", "[R]", itemsize))
+            continue
+        add("zero reduce-scatter", "reduce_scatter", reshard_bytes(shape, c.dp, "[P]", "[S(0)]", itemsize))
+        gathers = 2 * c.microbatches if c.zero == 3 else 1
+        add("zero all-gather", "all_gather", reshard_bytes(shape, c.dp, "[S(0)]", "[R]", itemsize), gathers)
     return parts
 
 
@@ -87,10 +126,28 @@ def _optimizer(layers, c: Candidate, profile: Profile) -> float:
     return profile.optimizer(tensors, elems // (c.dp if c.zero >= 1 else 1))
 
 
-def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: int = 0) -> Prediction:
-    """Step time, its parts and the peak memory per rank of plan ``c`` (see the module docstring)."""
+def _rank_state(by_stage, stage_ids: tuple, c: Candidate, comm: CommCost, profile: Profile, itemsize: int,
+                memo: dict):
+    """``(dp sync parts, optimizer s, parameter/gradient/optimizer bytes, largest parameter bytes)``
+    of the rank running ``stage_ids``, kept in ``memo``."""
+    key = ("rank", stage_ids, c.n_stages, c.dp, c.tp, c.zero, c.microbatches, comm.inter_node("dp"))
+    if key not in memo:
+        layers = [layer for s in stage_ids for layer in by_stage[s]]
+        biggest = max((p.numel for layer in layers for p in layer.params), default=0) * itemsize
+        memo[key] = (_dp_sync(layers, c, comm, itemsize, memo), _optimizer(layers, c, profile),
+                     state_bytes(layers, c, itemsize), biggest)
+    return memo[key]
+
+
+def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: int = 0,
+            memo: Optional[dict] = None, bound: Optional[float] = None) -> Prediction:
+    """Step time, its parts and the peak memory per rank of plan ``c`` (see the module docstring);
+    ``memo``: a dict shared by the predictions of one search (same model and profile). With
+    ``bound``, a pipeline plan whose step without its bubble already exceeds ``bound`` is not
+    simulated: its step is that lower bound (``simulated=False``)."""
+    memo = {} if memo is None else memo
     comm = CommCost(profile, c, ranks_per_node or c.world)
-    stages: List[StageCost] = stage_costs(model, c, profile, comm)
+    stages: List[StageCost] = stage_costs(model, c, profile, comm, memo)
     by_stage = stage_layers(model, c.n_stages)
     itemsize = model.dtype_bytes
     parts: Dict[str, float] = {}
@@ -99,39 +156,42 @@ def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: in
         parts.update(stages[0].parts)
         rank_stages, act_peaks = [[0]], [stages[0].activation_bytes]
     else:
-        samples = c.microbatch_samples
-        msg = samples * model.seq * model.hidden * itemsize / (c.tp if c.sp else 1)
-        latency = comm.time("p2p", 2, msg, "pp")
-        costs = tuple((round(s.forward, 12), round(s.backward_input, 12), round(s.backward_weight, 12)) for s in stages)
-        act = tuple(float(s.activation_bytes) for s in stages)
-        makespan, busy, peaks, ranks = _simulate(c.schedule, c.pp, c.microbatches, c.chunks, costs, act, latency)
         _, on_rank = _schedule(c.schedule, c.pp, c.microbatches, c.chunks)
+        ranks = sorted(on_rank)
         rank_stages = [on_rank[r] for r in ranks]
-        act_peaks = list(peaks)
+        act = tuple(float(s.activation_bytes) for s in stages)
+        act_peaks = list(live_activation_peaks(c.schedule, c.pp, c.microbatches, c.chunks, act))
+        busy = [c.microbatches * sum(stages[s].total for s in ids) for ids in rank_stages]
         busiest = max(range(len(busy)), key=lambda i: busy[i])
         for s in rank_stages[busiest]:
             for name, value in stages[s].parts.items():
                 parts[name] = parts.get(name, 0.0) + value * c.microbatches
-        parts["pipeline bubble"] = makespan - busy[busiest]
-        pipeline = makespan
+        pipeline = busy[busiest]
     tail, memory, peak, rank_tail = -1.0, {}, -1.0, {}
     comm_max = max(s.comm_max_bytes for s in stages)
+    base = profile.process_base_bytes()
     for stage_ids, act_peak in zip(rank_stages, act_peaks):
-        layers = [layer for s in stage_ids for layer in by_stage[s]]
-        sync = _dp_sync(layers, c, comm, itemsize)
-        opt = _optimizer(layers, c, profile)
+        sync, opt, states, biggest = _rank_state(by_stage, tuple(stage_ids), c, comm, profile, itemsize, memo)
         if sum(sync.values()) + opt > tail:
             tail = sum(sync.values()) + opt
             rank_tail = dict(sync, optimizer=opt)
-        biggest = max((p.numel for layer in layers for p in layer.params), default=0) * itemsize
-        mem = rank_memory(layers, c, itemsize, act_peak, max(comm_max, biggest if c.dp > 1 else 0),
-                          profile.process_base_bytes())
+        mem = {"process base": base, **states, "activations": float(act_peak),
+               "comm buffers": 2.0 * max(comm_max, biggest if c.dp > 1 else 0)}
         if sum(mem.values()) > peak:
             peak, memory = sum(mem.values()), mem
     parts.update(rank_tail)
     parts["loss sync"] = comm.time("all_reduce", c.world, 4, "world")
+    simulated = c.pp == 1 or bound is None or pipeline + tail + parts["loss sync"] <= bound
+    if c.pp > 1 and simulated:
+        samples = c.microbatch_samples
+        msg = samples * model.seq * model.hidden * itemsize / (c.tp if c.sp else 1)
+        latency = comm.time("p2p", 2, msg, "pp")
+        costs = tuple((round(s.forward, 12), round(s.backward_input, 12), round(s.backward_weight, 12)) for s in stages)
+        makespan, sim_busy, _, _ = _simulate(c.schedule, c.pp, c.microbatches, c.chunks, costs, act, latency)
+        parts["pipeline bubble"] = makespan - max(sim_busy)
+        pipeline = makespan
     step = pipeline + tail + parts["loss sync"]
-    return Prediction(c, step, {k: v for k, v in parts.items() if v > 0}, peak, memory)
+    return Prediction(c, step, {k: v for k, v in parts.items() if v > 0}, peak, memory, simulated)
 
 
 __all__ = ["Prediction", "predict"]

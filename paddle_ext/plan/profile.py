@@ -4,7 +4,8 @@
   backward for the input, backward for the weight), and the elementwise line (a multiply at
   four sizes, forward and backward, fitted to ``alpha + s_per_elem * numel``).
 * On ``nproc`` ranks (:func:`paddle_ext.testing.run_ranks`, gloo on CPU): the extra time of an
-  op call on distributed tensors (with ``paddle_ext.install()`` and ``enable()``, as the demo
+  op call on distributed tensors (one block of the model forward and backward, replicated on the
+  ranks, against the same block dense, with ``paddle_ext.install()`` and ``enable()`` as the demo
   runs), each collective kind per group size as ``dist.reshard`` runs it on a ``[N/g, g]`` mesh
   (all ranks busy at once, as in a plan), point-to-point send/recv, one AdamW step over
   distributed parameters, and the rank's memory after all that (the process base).
@@ -91,7 +92,32 @@ def _timed_collective(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def profile_rank(repeats: int = 7) -> dict:
+def _dispatch_per_op(mesh, model_config: dict, repeats: int) -> float:
+    """Extra seconds per op call on distributed tensors: forward + backward of one demo block,
+    replicated on ``mesh``, against the same block dense, divided by its op calls (forward and
+    backward). With ``paddle_ext.enable()`` on, this includes paddle-ext's rule dispatch."""
+    import paddle
+    import paddle.distributed as dist
+
+    from ..demo.model import Block, GPTConfig
+    from .model_desc import gpt_family
+
+    cfg = GPTConfig(**model_config)
+    x = paddle.rand([2, cfg.seq_len, cfg.d_model])
+
+    def step(layer, inp):
+        layer(inp).sum().backward()
+
+    paddle.seed(0)
+    dense = _timed(lambda: step(Block(cfg), x), repeats)
+    block = dist.shard_layer(Block(cfg), mesh)
+    xd = dist.shard_tensor(x, mesh, [dist.Replicate()])
+    spread = _timed(lambda: step(block, xd), repeats)
+    ops = len(gpt_family(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.seq_len, cfg.vocab, 1).layers[1].ops)
+    return max(spread - dense, 0.0) / (2 * ops)
+
+
+def profile_rank(model_config: dict, repeats: int = 7) -> dict:
     """Run on every rank: dispatch overhead, collectives, p2p, optimizer, process memory."""
     import resource
 
@@ -106,11 +132,7 @@ def profile_rank(repeats: int = 7) -> dict:
     paddle_ext.enable()
     world, rank = dist.get_world_size(), dist.get_rank()
     mesh = dist.ProcessMesh(list(range(world)), dim_names=["x"])
-    a, b = paddle.rand([8, 8]), paddle.rand([8, 8])
-    da, db = (dist.shard_tensor(t, mesh, [dist.Replicate()]) for t in (a, b))
-    dense = _timed(lambda: paddle.add(a, b), 50)
-    dist_op = max(_timed(lambda: paddle.add(da, db), 50) - dense, 0.0)
-    out = {"rank": rank, "dist_op_s": dist_op, "collectives": {}}
+    out = {"rank": rank, "dist_op_s": _dispatch_per_op(mesh, model_config, repeats), "collectives": {}}
     for g in [g for g in range(2, world + 1) if world % g == 0]:
         mesh2 = dist.ProcessMesh(np.arange(world).reshape(world // g, g).tolist(), dim_names=["o", "g"])
         for kind, (src, dst) in TRANSITIONS.items():
@@ -161,14 +183,15 @@ def _optimizer_line(mesh, repeats: int) -> dict:
     return {"alpha_s_per_tensor": per_tensor, "s_per_elem": per_elem}
 
 
-def build_profile(gemms, nproc: int, timeout: float = 600.0, log_dir=None) -> dict:
-    """Measure everything on this machine: the matmul ``gemms`` here, the rest on ``nproc`` ranks."""
+def build_profile(gemms, nproc: int, model_config: dict, timeout: float = 600.0, log_dir=None) -> dict:
+    """Measure everything on this machine: the matmul ``gemms`` here, the rest on ``nproc`` ranks
+    (``model_config``: the demo GPT's sizes, for the dispatch measurement on one block)."""
     from ..testing import run_ranks
 
     load_before = os.getloadavg()
     elementwise = measure_elementwise()
     matmuls = measure_matmuls(gemms)
-    ranks = run_ranks(profile_rank, nproc=nproc, timeout=timeout, log_dir=log_dir)
+    ranks = run_ranks(profile_rank, nproc=nproc, args=(dict(model_config),), timeout=timeout, log_dir=log_dir)
     med = statistics.median
     collectives = {}
     for kind, by_group in ranks[0]["collectives"].items():

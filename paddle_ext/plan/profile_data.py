@@ -57,6 +57,7 @@ class Profile:
     data: dict
     path: str = "<dict>"
     _matmul_shapes: dict = field(default_factory=dict, repr=False)
+    _memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data, path: str = "<dict>") -> "Profile":
@@ -97,13 +98,18 @@ class Profile:
 
     def elementwise(self, numel: int) -> Tuple[float, float]:
         """``(fwd, bwd)`` seconds of one non-matmul op over ``numel`` elements."""
+        lines = self._memo.get("elementwise")
+        if lines is None:
+            lines = self._memo["elementwise"] = self._elementwise_lines()
+        (fa, fr), (ba, br) = lines
+        return fa + fr * numel, ba + br * numel
+
+    def _elementwise_lines(self):
         ew = self.data.get("elementwise")
         if not isinstance(ew, Mapping) or "fwd" not in ew or "bwd" not in ew:
             raise ProfileError(f"profile {self.path} has no elementwise.fwd/bwd (alpha_s, s_per_elem) for the "
                                f"non-matmul ops (norms, softmax, adds); {MEASURE_HINT}")
-        fa, fr = _line(ew["fwd"], "elementwise.fwd", self.path)
-        ba, br = _line(ew["bwd"], "elementwise.bwd", self.path)
-        return fa + fr * numel, ba + br * numel
+        return _line(ew["fwd"], "elementwise.fwd", self.path), _line(ew["bwd"], "elementwise.bwd", self.path)
 
     def dist_op_s(self) -> float:
         return float((self.data.get("dispatch") or {}).get("dist_op_s", 0.0))
@@ -121,6 +127,12 @@ class Profile:
     # -- communication ---------------------------------------------------------------------
     def collective_line(self, kind: str, group: int, inter_node: bool = False) -> Tuple[float, float]:
         """``(alpha_s, s_per_byte)`` of ``kind`` on a group of ``group`` ranks."""
+        key = (kind, group, inter_node)
+        if key not in self._memo:
+            self._memo[key] = self._collective_line(kind, group, inter_node)
+        return self._memo[key]
+
+    def _collective_line(self, kind: str, group: int, inter_node: bool) -> Tuple[float, float]:
         section = "inter_node" if inter_node else "collectives"
         table = (self.data.get(section) or {}).get(kind) or {}
         entry = table.get(str(group), table.get("any"))

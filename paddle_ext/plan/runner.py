@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -39,8 +38,7 @@ def run_candidate(c: Candidate, model_config: dict, steps: int = 6, timeout: flo
     progress = work / "progress.jsonl"
     run = RunConfig(plan=c.plan, schedule=c.schedule or "1F1B", steps=steps, batch=c.batch,
                     microbatches=c.microbatches, progress_file=str(progress))
-    env = {"CUDA_VISIBLE_DEVICES": "", "PADDLE_DISTRI_BACKEND": "gloo"} if not os.environ.get("CUDA_VISIBLE_DEVICES") \
-        else {}
+    env = _cpu_rank_env()
     locked = _lock(lock)
     with locked:
         results = run_ranks(train_rank, nproc=c.world, args=(run.__dict__, dict(model_config)), timeout=timeout,
@@ -49,6 +47,13 @@ def run_candidate(c: Candidate, model_config: dict, steps: int = 6, timeout: flo
     diffs = [b - a for a, b in zip(elapsed, elapsed[1:])][WARMUP - 1:] or [elapsed[-1]]
     return {"measured_step_s": statistics.median(diffs), "measured_peak_bytes": max(r["peak_memory"] for r in results),
             "step_times": diffs, "losses": results[0]["losses"]}
+
+
+def _cpu_rank_env() -> dict:
+    """CPU ranks on gloo: nothing to set on a CPU build; a CUDA build is told to use no GPU."""
+    import paddle
+
+    return {"PADDLE_DISTRI_BACKEND": "gloo", "CUDA_VISIBLE_DEVICES": ""} if paddle.is_compiled_with_cuda() else {}
 
 
 def _lock(path):

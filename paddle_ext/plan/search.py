@@ -55,14 +55,19 @@ def requirements(model: ModelDesc, cands, ranks_per_node: int):
     return sorted(gemms), sorted(colls)
 
 
-def search(model_desc: ModelDesc, profile: Profile, nproc: int, memory=None, *, nodes: int = 1,
-           batch: Optional[int] = None, schedules=None, max_microbatches: int = 64) -> SearchResult:
+def search(model_desc: ModelDesc, profile: Profile, nproc: int, memory=None, *, nodes: Optional[int] = None,
+           batch: Optional[int] = None, schedules=None, max_microbatches: int = 64,
+           exact: int = 50) -> SearchResult:
     """Every plan of ``model_desc`` on ``nproc`` ranks (``nodes`` nodes of ``nproc / nodes`` ranks),
     predicted with ``profile``, those within ``memory`` (bytes or ``"2GiB"``; None: no limit)
-    ranked fastest first. Named errors before the search: :class:`~.errors.MemoryUnitError`,
+    ranked fastest first; the best ``exact`` plans (at least) have their pipeline simulated, the
+    rest may keep a lower bound (``Prediction.simulated`` False) (``nodes`` defaults to ``nproc / ranks_per_node`` of the profile, else 1). Named errors before the search: :class:`~.errors.MemoryUnitError`,
     :class:`~.errors.MeshFactorError`, :class:`~.errors.ProfileError`; after it,
     :class:`~.errors.NoFeasiblePlanError` when no plan fits the limit."""
     limit = parse_memory(memory) if memory is not None else None
+    if nodes is None:  # a profile of a multi-node machine says how many ranks a node holds
+        per_node = int(profile.data.get("ranks_per_node") or nproc)
+        nodes = max(1, -(-nproc // per_node)) if isinstance(nproc, int) and nproc % per_node == 0 else 1
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1 or \
             (isinstance(nproc, int) and nproc % nodes):
         raise MeshFactorError(f"--nodes {nodes!r} must be a positive int dividing --nproc {nproc}")
@@ -72,8 +77,19 @@ def search(model_desc: ModelDesc, profile: Profile, nproc: int, memory=None, *, 
     cands = enumerate_candidates(len(model_desc.layers), model_desc.heads, model_desc.hidden, model_desc.ffn,
                                  model_desc.seq, batch, nproc, schedules, max_microbatches)
     check_profile_covers(profile, *requirements(model_desc, cands, rpn))
-    preds = [predict(model_desc, c, profile, rpn) for c in cands]
+    memo: dict = {}
+    # branch and bound: every plan's lower bound first (a pipeline's compute without its bubble),
+    # then exact simulations in bound order while a plan can still enter the best ``exact`` ones
+    preds = [predict(model_desc, c, profile, rpn, memo, bound=0.0) for c in cands]
     feasible = [p for p in preds if limit is None or p.peak_bytes <= limit]
+    feasible.sort(key=lambda p: p.step_s)
+    best: List[float] = []
+    for i, p in enumerate(feasible):
+        threshold = best[exact - 1] if len(best) >= exact else float("inf")
+        if not p.simulated and p.step_s <= threshold:
+            p = feasible[i] = predict(model_desc, p.candidate, profile, rpn, memo)
+        if p.simulated:
+            best = sorted(best + [p.step_s])[:exact]
     if not feasible:
         smallest = min(preds, key=lambda p: p.peak_bytes)
         raise NoFeasiblePlanError(
@@ -93,7 +109,7 @@ def to_json(result: SearchResult, top: Optional[int] = None) -> dict:
                       "measured_step_s": None, "measured_peak_bytes": None,
                       "plan": c.plan, "pp": c.pp, "dp": c.dp, "tp": c.tp, "zero": c.zero, "sp": c.sp,
                       "schedule": c.schedule, "microbatches": c.microbatches, "batch": c.batch,
-                      "top": [{"part": k, "fraction": f} for k, f in p.top(3)],
+                      "simulated": p.simulated, "top": [{"part": k, "fraction": f} for k, f in p.top(3)],
                       "memory": p.memory})
     return {"candidates": result.candidates, "search_s": result.search_s, "feasible": len(result.plans),
             "infeasible": result.infeasible, "memory_limit": result.memory_limit, "plans": plans}

@@ -38,14 +38,34 @@ from .model_desc import LayerDesc, ModelDesc, OpDesc
 from .profile_data import Profile
 
 
-@lru_cache(maxsize=4096)
-def reshard_bytes(shape: Tuple[int, ...], group: int, src: str, dst: str, itemsize: int = 4) -> int:
-    """Bytes a rank receives for ``src -> dst`` of ``shape`` on a 1-D mesh of ``group`` ranks,
-    as the reshard planner plans it."""
-    if group <= 1:
-        return 0
+@lru_cache(maxsize=256)
+def _planner_bytes(shape: Tuple[int, ...], group: int, src: str, dst: str, itemsize: int) -> int:
     spec = (DistSpec(tuple(shape), (group,), src), DistSpec(tuple(shape), (group,), dst))
     return plan_bytes(plan_reshard(*spec, itemsize=itemsize))
+
+
+@lru_cache(maxsize=8192)
+def reshard_bytes(shape: Tuple[int, ...], group: int, src: str, dst: str, itemsize: int = 4) -> int:
+    """Bytes a rank receives for ``src -> dst`` of ``shape`` on a 1-D mesh of ``group`` ranks,
+    as the reshard planner plans it. ``S(d)`` is read as a split of dim ``d``, the other dims
+    flattened behind it; when ``group`` divides that dim the planner is asked about a tensor of
+    one element per rank and the answer scaled by the elements per rank (its byte counts are
+    linear in the block size for even splits), so a search asks it a handful of questions.
+
+    >>> reshard_bytes((8, 16, 32), 2, "[P]", "[R]"), 2 * (2 - 1) / 2 * 8 * 16 * 32 * 4
+    (16384, 16384.0)
+    """
+    if group <= 1:
+        return 0
+    numel = 1
+    for d in shape:
+        numel *= int(d)
+    dim = next((int(t[3:-2]) for t in (src, dst) if t.startswith("[S(")), None)
+    lead = int(shape[dim]) if dim is not None else numel
+    rename = {t: ("[S(0)]" if t.startswith("[S(") else t) for t in (src, dst)}
+    if lead % group == 0:
+        return _planner_bytes((group,), group, rename[src], rename[dst], itemsize) * (numel // group)
+    return _planner_bytes((lead, numel // lead), group, rename[src], rename[dst], itemsize)
 
 
 def split_sizes(n_layers: int, n_stages: int) -> List[int]:
@@ -154,14 +174,33 @@ class CommCost:
         return self.profile.collective(kind, group, nbytes, self.inter_node(dim))
 
 
-def stage_costs(model: ModelDesc, c: Candidate, profile: Profile, comm: Optional[CommCost]) -> List[StageCost]:
-    """One :class:`StageCost` per pipeline stage (one stage without pipelining)."""
+def stage_costs(model: ModelDesc, c: Candidate, profile: Profile, comm: Optional[CommCost],
+                memo: Optional[dict] = None) -> List[StageCost]:
+    """One :class:`StageCost` per pipeline stage (one stage without pipelining). ``memo`` (a dict
+    kept for one model and profile) saves the cost of a layer for plans that split it alike."""
     dist = c.dp > 1 or c.tp > 1
+    memo = {} if memo is None else memo
+    inter = comm.inter_node("tp") if comm is not None else False
     out = []
-    for layers in stage_layers(model, c.n_stages):
-        cost = StageCost()
+    for index, layers in enumerate(stage_layers(model, c.n_stages)):
+        stage_key = ("stage", c.n_stages, index, c.microbatch_samples, c.tp, c.sp, dist, inter, comm is None)
+        if stage_key in memo:
+            out.append(memo[stage_key])
+            continue
+        cost = memo[stage_key] = StageCost()
         for layer in layers:
-            _layer_cost(cost, layer, c, profile, dist, comm, model.dtype_bytes, model.hidden, model.seq)
+            key = ("layer", id(layer), c.microbatch_samples, c.tp, c.sp, dist, inter, comm is None)
+            one = memo.get(key)
+            if one is None:
+                one = memo[key] = StageCost()
+                _layer_cost(one, layer, c, profile, dist, comm, model.dtype_bytes, model.hidden, model.seq)
+            cost.forward += one.forward
+            cost.backward_input += one.backward_input
+            cost.backward_weight += one.backward_weight
+            for part, value in one.parts.items():
+                cost.parts[part] = cost.parts.get(part, 0.0) + value
+            cost.activation_bytes += one.activation_bytes
+            cost.comm_max_bytes = max(cost.comm_max_bytes, one.comm_max_bytes)
         out.append(cost)
     return out
 
