@@ -14,9 +14,9 @@ lists every one that the model's sizes allow:
 Activation recompute is not enumerated: the demo's runner has no recompute, so a plan using it
 could not be proved by running (docs/plan.md).
 
->>> c = enumerate_candidates(n_layers=6, heads=4, hidden=32, ffn=64, seq=16, batch=8, nproc=4)
->>> len(c), sum(1 for x in c if x.pp == 1)
-(186, 14)
+>>> c = enumerate_candidates(n_layers=6, heads=4, hidden=32, ffn=64, seq=16, batch=8, nproc=4, schedules=["1F1B"])
+>>> len(c), sum(1 for x in c if x.pp == 1)   # 14 without pipeline; pp2: 4 ZeRO x 3 m + 2 sp x 4 m; pp4: 4 m
+(38, 14)
 >>> Candidate(pp=2, dp=1, tp=2, sp=True, schedule="ZBV", chunks=2, microbatches=4, batch=8).name
 'pp2-sp2-tp2:ZBV:m4'
 """
