@@ -11,7 +11,7 @@ True
 >>> get_schedule_generator("ZB-H3")
 Traceback (most recent call last):
 ...
-paddle_ext.errors.ScheduleError: unknown schedule 'ZB-H3' (did you mean ZBH2, ZBH1?); known schedules: FThenB (alias GPipe), 1F1B, VPP (alias Interleaved1F1B), LoopedBFS, ZBH1, ZBH2, ZBV (alias ZBVZeroBubble), DualPipeV, InterleavedZB (alias InterleavedZeroBubble); names are case-insensitive
+paddle_ext.errors.ScheduleError: unknown schedule 'ZB-H3' (did you mean ZBH2, ZBH1?); known schedules: FThenB (alias GPipe), 1F1B, VPP (alias Interleaved1F1B), LoopedBFS, ZBH1, ZBH2, ZBV (alias ZBVZeroBubble), DualPipeV, InterleavedZB (alias InterleavedZeroBubble), ZBAuto (alias ZB-Auto), VMin (alias V-Min), VHalf (alias V-Half), VZB (alias V-ZB); names are case-insensitive
 """
 from __future__ import annotations
 
@@ -31,10 +31,13 @@ from .one_f_one_b import SIZES as _ONE_F_ONE_B, one_f_one_b
 from .zb_h1 import SIZES as _ZB_H1, zb_h1
 from .zb_h2 import SIZES as _ZB_H2, zb_h2
 from .zb_v import SIZES as _ZB_V, zb_v
+from .zb_auto import SIZES as _ZB_AUTO, zb_auto
+from .v_memory import SIZES as _V_MEMORY, v_half, v_min, v_zb
 
 __all__ = ["ScheduleInfo", "SizeRule", "SCHEDULES", "get_schedule_info", "get_schedule_generator",
            "generate_schedule", "schedule_names"] + ["fthenb", "one_f_one_b", "interleaved_1f1b", "looped_bfs",
-                                                     "zb_h1", "zb_h2", "zb_v", "dualpipe_v", "interleaved_zb"]
+                                                     "zb_h1", "zb_h2", "zb_v", "dualpipe_v", "interleaved_zb",
+                                                     "zb_auto", "v_min", "v_half", "v_zb"]
 
 Generator = Callable[[int, int, int], Schedule]
 
@@ -83,6 +86,13 @@ SCHEDULES: Dict[str, ScheduleInfo] = {info.name: info for info in (
                  "DeepSeek's DualPipeV order (F&B pairs run in sequence)"),
     ScheduleInfo("InterleavedZB", interleaved_zb, "loop", 2, _INTERLEAVED_ZB, ("InterleavedZeroBubble",),
                  "interleaved 1F1B with split backward, W deferred"),
+    ScheduleInfo("ZBAuto", zb_auto, "loop", 1, _ZB_AUTO, ("ZB-Auto",),
+                 "searched under a memory limit (by name: costs 1,1,1, limit ceil(1.5p) microbatches)"),
+    ScheduleInfo("VMin", v_min, "v", 2, _V_MEMORY, ("V-Min",),
+                 "V shape, peak min(p, (p+4)//3) microbatches (about 1/3 of 1F1B)"),
+    ScheduleInfo("VHalf", v_half, "v", 2, _V_MEMORY, ("V-Half",),
+                 "V shape, peak min(p, (p+2)//2) microbatches (about 1/2 of 1F1B)"),
+    ScheduleInfo("VZB", v_zb, "v", 2, _V_MEMORY, ("V-ZB",), "V shape, zero bubble, peak p microbatches (1F1B's)"),
 )}
 _BY_LOWER_NAME = {name.lower(): info for info in SCHEDULES.values() for name in (info.name,) + info.aliases}
 
