@@ -1,6 +1,6 @@
 """``paddle-ext schedule``: generate, check, simulate and draw a pipeline schedule.
 
-    paddle-ext schedule NAME --stages P --microbatches M [--chunks V] [--costs F,B,W]
+    paddle-ext schedule NAME --stages P --microbatches M [--chunks V] [--costs F,B,W] [--memory-limit K]
                         [--latency L] [--lowered] [--recv blocking|early] [--overlap max|sum|off]
                         [--json] [--csv FILE] [--out FILE.png|.svg] [--trace FILE.json]
     paddle-ext schedule --compare 1F1B,ZBH1,ZBV -P 4 -M 8
@@ -40,6 +40,9 @@ def register(subparsers) -> None:
     parser.add_argument("--costs", default="1,1,1", help="F,B,W times; B is the backward for inputs (I), a full "
                         "backward costs B+W (default 1,1,1)")
     parser.add_argument("--latency", type=float, default=0.0, help="point-to-point latency in cost units (default 0)")
+    parser.add_argument("--memory-limit", type=int, default=None, metavar="K",
+                        help="ZBAuto: peak activations per rank in microbatches (default ceil(1.5 P)); VMin/VHalf/"
+                        "VZB: in stage activations (default their own budget)")
     parser.add_argument("--lowered", action="store_true", help="add SEND/RECV (add_send_recv) and simulate them "
                         "as blocking rendezvous, as with gloo")
     parser.add_argument("--recv", choices=("blocking", "early"), default=None,
@@ -61,10 +64,14 @@ def _build(name, args, costs):
     """(info, v, schedule, result) for one schedule name."""
     from ..passes import add_send_recv, get_schedule_info, simulate_schedule
     from ..passes.overlap import mark_dualpipe_overlaps
+    from ..passes.schedules.searched import generate_searched
 
     info = get_schedule_info(name)
     chunks = info.default_chunks if args.chunks is None else args.chunks
-    schedule = info.generate(args.stages, args.microbatches, chunks)
+    limit = args.memory_limit if not args.compare or info.name == "ZBAuto" else None  # --compare: ZBAuto's limit
+    schedule = generate_searched(info.name, args.stages, args.microbatches, chunks, memory_limit=limit,
+                                 costs=(costs.forward, costs.backward_input, costs.backward_weight),
+                                 latency=args.latency)
     if args.overlap != "off" and info.name == "DualPipeV":
         schedule = mark_dualpipe_overlaps(schedule)
     if args.lowered or args.recv:

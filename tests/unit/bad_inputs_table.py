@@ -436,6 +436,18 @@ ROWS: tuple[Row, ...] = (
     Row("cli-schedule-dualpipev-few", "CLI", "paddle-ext schedule DualPipeV --stages 4 --microbatches 6", "exit 2",
         "paddle-ext schedule: error: DualPipeV: n_microbatches (--microbatches) must be >= 8 because DualPipeV "
         "needs at least as many microbatches as stages (2 x 4 ranks); got 6: use at least 8 microbatches"),
+    Row("cli-zbauto-limit", "CLI", "paddle-ext schedule ZBAuto -P 4 -M 8 --memory-limit 0", "exit 2",
+        "paddle-ext schedule: error: ZBAuto: memory_limit (--memory-limit) must be an int >= 1 (activations per "
+        "rank, in microbatches); got 0: the least that works is 1"),
+    Row("cli-zbauto-costs", "CLI", "paddle-ext schedule ZBAuto -P 4 -M 8 --costs 1,1,0", "exit 2",
+        "paddle-ext schedule: error: ZBAuto: costs (--costs) F,B,W must all be > 0 (a split backward needs a W), "
+        "got 1,1,0: e.g. 1,1,1"),
+    Row("cli-vmin-limit", "CLI", "paddle-ext schedule VMin -P 4 -M 8 --memory-limit 1", "exit 2",
+        "paddle-ext schedule: error: VMin: memory_limit (--memory-limit) must be an int >= 2 (activations per rank, "
+        "in stage activations (2 per microbatch on a V)); got 1: the least that works is 2"),
+    Row("cli-fixed-limit", "CLI", "paddle-ext schedule ZBH1 -P 4 -M 8 --memory-limit 3", "exit 2",
+        "paddle-ext schedule: error: --memory-limit applies to ZBAuto (microbatches per rank) and to VMin, VHalf, "
+        "VZB (stage activations per rank); ZBH1 has a fixed memory: drop --memory-limit or use ZBAuto"),
     Row("cli-schedule-missing-m", "CLI", "paddle-ext schedule 1F1B --stages 2", "exit 2",
         "paddle-ext schedule: error: the following arguments are required: -M/--microbatches"),
     Row("cli-schedule-not-int", "CLI", "paddle-ext schedule 1F1B -P two -M 4", "exit 2",
