@@ -1,6 +1,8 @@
 """Factor-name helpers shared by the rule modules."""
 from __future__ import annotations
 
+from paddle_ext.errors import ShardingRuleError
+
 
 def dims(n: int, prefix: str = "d") -> list[str]:
     """``['d0', 'd1', ...]``: one factor name per tensor dim."""
@@ -9,8 +11,6 @@ def dims(n: int, prefix: str = "d") -> list[str]:
 
 def axis_of(axis: int, ndim: int, op: str) -> int:
     """Normalise a possibly negative axis, or raise naming the op."""
-    from paddle_ext.errors import ShardingRuleError
-
     if not -max(ndim, 1) <= axis < max(ndim, 1):
         raise ShardingRuleError(f"{op}: axis {axis} is out of range for a tensor of rank {ndim}; "
                                 f"use an axis in [{-ndim}, {ndim - 1}]")

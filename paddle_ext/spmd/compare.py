@@ -11,7 +11,10 @@ so tests and docs can quote it.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..placements import DistSpec, Partial, Shard, format_placements
 from .opcases import CASES
@@ -72,8 +75,6 @@ def _placements(rng: random.Random, shape, mesh, allow_partial: bool, used_dims=
 
 def random_cases(op: str, n: int, seed: int = 0, partial: bool = True) -> list[Instance]:
     """``n`` seeded random instances of ``op`` on meshes 2, 4 and 2x2."""
-    import numpy as np
-
     case = CASES[op]
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
@@ -290,8 +291,6 @@ def classify(d: Disagreement) -> str | None:
 
 
 def _ours_coshard(text: str) -> bool:
-    import re
-
     for group in re.findall(r"\[([^\]]*)\]", text):
         shards = re.findall(r"S\((\d+)\)", group)
         if len(shards) != len(set(shards)):

@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import ShardingRuleError
+from ..placements import DistSpec
 
 
 @dataclass(frozen=True)
@@ -327,8 +328,6 @@ def _expand_gen(rng):
 
 
 def _expand_paddle(specs, a):
-    from ..placements import DistSpec
-
     x = specs[0]
     y = DistSpec(tuple(a["shape"]), x.mesh_shape, ["R"] * len(x.mesh_shape))
     return [x, y, list(a["shape"])]

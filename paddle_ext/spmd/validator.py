@@ -20,11 +20,13 @@ bindings cannot express (``P(avg|max|min)``) are skipped for them.
 """
 from __future__ import annotations
 
+import difflib
 import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import ShardingRuleError
 from ..placements import REDUCE_OPS, DistSpec, Partial, Replicate, Shard, format_placements
 from ..simulated_ranks import AssembleError, assemble, shard_dense
 from .opcases import CASES, OpCase
@@ -254,12 +256,8 @@ def _valid_outputs(case, attrs, dense_inputs, given, dense_out, mesh, seed):
 
 def check_op(op: str, source: str = "ext", mesh=MESH, seed: int = 0, max_cases: int | None = None) -> Report:
     """Check ``op`` over its examples and every 1-D placement combination of its inputs."""
-    from ..errors import ShardingRuleError
-
     load_builtin_rules()   # the rule families register their cases with their rules
     if op not in CASES:
-        import difflib
-
         close = difflib.get_close_matches(op, list(CASES))
         raise ShardingRuleError(f"the validator knows no op {op!r}" + (f"; close: {', '.join(close)}" if close else "")
                                 + f"; known: {', '.join(sorted(CASES))}")

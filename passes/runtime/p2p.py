@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, Sequence, Tuple
 
+from paddle_ext.errors import ScheduleError
+
 __all__ = ["ensure_pair_groups", "pair_group"]
 
 _PAIR_GROUPS: Dict[Tuple[int, int], object] = {}
@@ -62,7 +64,5 @@ def pair_group(a: int, b: int):
     try:
         return _PAIR_GROUPS[key]
     except KeyError:
-        from paddle_ext.errors import ScheduleError
-
         raise ScheduleError(f"no point-to-point group for ranks {key}; the schedule creates them at construction "
                             "(every rank must construct the same schedules in the same order)") from None

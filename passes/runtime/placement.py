@@ -23,7 +23,11 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
+from paddle_ext.compat.pipelining import pipeline_stage_class
 from paddle_ext.errors import ScheduleError
+
+from ..schedules import get_schedule_info
+from ..stage_placement import stages_on_rank
 
 __all__ = ["split_sizes", "split_model", "stage_indices", "v_shape_stage_indices", "pipeline_group",
            "interleaved_stage_indices", "build_stages"]
@@ -84,16 +88,12 @@ def split_model(model, n_stages: int, sizes: Optional[Sequence[int]] = None) -> 
 
 def v_shape_stage_indices(rank: int, n_ranks: int) -> Tuple[int, int]:
     """V placement: rank ``r`` of ``p`` holds stages ``r`` and ``2p - 1 - r``."""
-    from ..stage_placement import stages_on_rank
-
     _check_rank(rank, n_ranks)
     return tuple(stages_on_rank(rank, n_ranks, 2, "v"))
 
 
 def interleaved_stage_indices(rank: int, n_ranks: int, n_chunks: int) -> Tuple[int, ...]:
     """Looped placement: rank ``r`` holds stages ``r, r + p, ..., r + (v - 1) p``."""
-    from ..stage_placement import stages_on_rank
-
     _check_rank(rank, n_ranks)
     return tuple(stages_on_rank(rank, n_ranks, n_chunks, "loop"))
 
@@ -105,9 +105,6 @@ def _check_rank(rank: int, n_ranks: int) -> None:
 
 def stage_indices(schedule: str, rank: int, n_ranks: int, n_chunks: Optional[int] = None) -> Tuple[int, ...]:
     """The stages ``rank`` holds under schedule ``schedule`` (its placement and default chunks)."""
-    from ..schedules import get_schedule_info
-    from ..stage_placement import stages_on_rank
-
     info = get_schedule_info(schedule)
     chunks = info.default_chunks if n_chunks is None else n_chunks
     _check_rank(rank, n_ranks)
@@ -118,8 +115,6 @@ def build_stages(pieces: Sequence, schedule: str, rank: int, n_ranks: int, n_chu
                  group=None) -> list:
     """Paddle ``PipelineStage`` objects for this rank's pieces (``pieces`` = all ``p * v`` of them,
     e.g. from :func:`split_model`). Pass the result to the schedule class."""
-    from paddle_ext.compat.pipelining import pipeline_stage_class
-
     indices = stage_indices(schedule, rank, n_ranks, n_chunks)
     n_stages = n_ranks * len(indices)
     if len(pieces) != n_stages:

@@ -36,6 +36,8 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Sequence
 
 from paddle_ext.breadcrumbs import record_action, recording
+from paddle_ext.compat import pipelining as pl
+from paddle_ext.compat.version import require_paddle
 from paddle_ext.errors import ScheduleError
 
 from ..lowering import add_send_recv
@@ -123,8 +125,6 @@ class PipelineScheduleRuntime:
                  args_chunk_spec=None, kwargs_chunk_spec=None, output_merge_spec=None, *,
                  split_backward="deferred-linear", check_inputs: bool = True, profile: bool = False,
                  schedule_name: Optional[str] = None):
-        from paddle_ext.compat.version import require_paddle
-
         require_paddle("dygraph pipeline schedules")
         name = schedule_name or self.SCHEDULE_NAME
         if name is None:
@@ -162,13 +162,11 @@ class PipelineScheduleRuntime:
 
     # --------------------------------------------------------------------------- planning
     def _plan(self) -> None:
-        from paddle_ext.compat.pipelining import is_pipeline_stage
-
         name, stages, m = self.info.name, self._stages, self._n_microbatches
         if not stages:
             raise ScheduleError(f"{name}: no stage given; pass this rank's PipelineStage (or a list of them)")
         for s in stages:
-            if not is_pipeline_stage(s):
+            if not pl.is_pipeline_stage(s):
                 raise ScheduleError(f"{name}: expected paddle PipelineStage objects, got {type(s).__name__}; wrap each "
                                     "model piece as PipelineStage(layer, stage_index, num_stages, group=pp_group)")
         if len({s.num_stages for s in stages}) > 1 or len({s.group_rank for s in stages}) > 1:
@@ -216,8 +214,6 @@ class PipelineScheduleRuntime:
     # ------------------------------------------------------------------------------- step
     def step(self, *args, target=None, losses: Optional[list] = None, return_output: bool = False, **kwargs):
         """One iteration on the whole batch (see the module docstring for who passes what)."""
-        from paddle_ext.compat import pipelining as pl
-
         first, last = 0 in self._runners, (self.n_stages - 1) in self._runners
         error, arg_mbs, kwarg_mbs, target_mbs = None, None, None, None
         try:
@@ -274,8 +270,6 @@ class PipelineScheduleRuntime:
         return None
 
     def _split_step_inputs(self, args, kwargs, target, first: bool, last: bool):
-        from paddle_ext.compat import pipelining as pl
-
         m, name = self._n_microbatches, self.info.name
         for label, values, needed in (("args", list(args), first), ("kwargs", kwargs, first),
                                       ("target", target, last and target is not None)):

@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator, List, Sequence
 
+from paddle_ext.compat.pipelining import pylayer_class
 from paddle_ext.errors import ScheduleError
 
 __all__ = ["SplitStrategy", "DeferredLinearSplit", "RegradSplit", "get_split_strategy",
@@ -83,8 +84,6 @@ class SplitStrategy:
 
 # ------------------------------------------------------------------------- deferred Linear
 def _deferred_linear_fn():
-    from paddle_ext.compat.pipelining import pylayer_class
-
     cls = getattr(_deferred_linear_fn, "cls", None)
     if cls is not None:
         return cls

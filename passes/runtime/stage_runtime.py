@@ -30,7 +30,11 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from paddle_ext.compat import from_paddle_placements, to_paddle_placements
+from paddle_ext.compat.pipelining import from_local, global_mesh
 from paddle_ext.errors import ScheduleError
+
+from .p2p import pair_group
 
 __all__ = ["StageRunner", "tensor_meta"]
 
@@ -44,8 +48,6 @@ def _dtype_name(dtype) -> str:
 
 def tensor_meta(t, requires_grad: Optional[bool] = None) -> Meta:
     """What a receiver needs to allocate and rebuild ``t``."""
-    from paddle_ext.compat import from_paddle_placements
-
     local = t._local_value() if t.is_dist() else t
     placements = tuple(from_paddle_placements(t.placements)) if t.is_dist() else None
     grad = (not t.stop_gradient) if requires_grad is None else requires_grad
@@ -133,8 +135,6 @@ class StageRunner:
                     self._mesh = p.process_mesh
                     break
             else:
-                from paddle_ext.compat.pipelining import global_mesh
-
                 mesh = global_mesh()
                 if mesh is not None and "pp" in mesh.dim_names:
                     self._mesh = mesh.get_mesh_with_dim("pp", self._pp_of[self.index])
@@ -238,8 +238,6 @@ class StageRunner:
     def _send(self, channel: str, tensors: Sequence, dst: int, requires_grad) -> None:
         import paddle.distributed as dist
 
-        from .p2p import pair_group
-
         group = pair_group(self._global[self._me], dst)
         metas = [tensor_meta(t, requires_grad) for t in tensors]
         sent = self._meta_sent.get(channel)
@@ -258,8 +256,6 @@ class StageRunner:
         import paddle
         import paddle.distributed as dist
 
-        from .p2p import pair_group
-
         group = pair_group(self._global[self._me], src)
         metas = self._meta_recv.get(channel)
         if metas is None:
@@ -271,9 +267,6 @@ class StageRunner:
             buf = paddle.empty(list(shape), dtype=dtype)
             dist.recv(buf, src=src, group=group)
             if placements is not None:
-                from paddle_ext.compat import to_paddle_placements
-                from paddle_ext.compat.pipelining import from_local
-
                 buf = from_local(buf, self.mesh(), to_paddle_placements(placements))
             tensors.append(buf)
         return tensors, metas
