@@ -8,8 +8,8 @@ first fixes a rank and a time, and the branches are the operations of that rank 
 before it (Giffler and Thompson's rule; every schedule in which no operation can start earlier
 without delaying another, an *active* schedule, is reached, and one of them is optimal because
 left-shifting keeps every rank's order and so its memory). A branch is cut when a lower bound
-(a rank's free time plus its remaining work; the chain the last microbatch still has to run
-from the rank where it is) reaches the best makespan found. The first incumbent is the best
+(on each rank, the earliest start of an operation, from the dependencies, the per-kind order and
+the memory limit, plus all the work that must follow it there) reaches the best makespan found. The first incumbent is the best
 heuristic's, so the result is "proved optimal" or "no better schedule found within the
 time limit".
 
@@ -62,8 +62,6 @@ def exact_search(pb: Problem, upper_bound: float = float("inf"), time_limit_s: f
     best = {"makespan": upper_bound, "order": None}
     nodes = [0]
     deadline = time.monotonic() + time_limit_s
-    # from the start of F(r, last mb): F down to the last stage, I back up to rank 0, then its W
-    tail_f = [(p - r) * cf + (p - 1 - r) * lat + p * ci + (p - 1) * lat + cw for r in range(p)]
 
     def eligible(r):
         out = []
@@ -84,16 +82,38 @@ def exact_search(pb: Problem, upper_bound: float = float("inf"), time_limit_s: f
         return out
 
     def lower_bound() -> float:
+        """Earliest starts ("heads") of the unscheduled operations from the partial schedule, the
+        chains between ranks, the per-kind order on a rank and the memory limit (F of microbatch
+        j waits for W of j - limit); then on each rank, an operation's head plus everything that
+        must follow it there."""
         bound = max(free[r] + rest[r] for r in range(p))
-        head = 0.0
-        for r in range(p):  # earliest start of F(r, m - 1) if not run yet
-            e = end_f[r][m - 1]
-            if e is not None:
-                head = e + lat
-                continue
-            head = max(head, free[r])
-            bound = max(bound, head + tail_f[r])
-            head += cf + lat
+        h_f = [[0.0] * m for _ in range(p)]
+        h_i = [[0.0] * m for _ in range(p)]
+        for j in range(m):
+            for r in range(p):
+                if j < n_f[r]:
+                    h_f[r][j] = end_f[r][j] - cf
+                    continue
+                h = free[r]
+                if r:
+                    h = max(h, h_f[r - 1][j] + cf + lat)
+                if j > n_f[r]:
+                    h = max(h, h_f[r][j - 1] + cf)
+                if j >= limit and j - limit >= n_w[r]:
+                    h = max(h, h_i[r][j - limit] + ci + cw)  # W of j - limit frees the memory
+                h_f[r][j] = h
+                bound = max(bound, h + (m - j) * (cf + ci + cw))
+            for r in range(p - 1, -1, -1):
+                if j < n_i[r]:
+                    h_i[r][j] = end_i[r][j] - ci
+                    continue
+                h = max(free[r], h_f[r][j] + cf)
+                if r < p - 1:
+                    h = max(h, h_i[r + 1][j] + ci + lat)
+                if j > n_i[r]:
+                    h = max(h, h_i[r][j - 1] + ci)
+                h_i[r][j] = h
+                bound = max(bound, h + (m - j) * (ci + cw))
         return bound
 
     def dfs():
