@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Dict, List, Optional, Tuple
 
-from ..passes.schedules import generate_schedule
+from ..passes.schedules import generate_schedule, get_schedule_info
 from ..passes.simulate import simulate_schedule
 from .candidates import Candidate
 from .memory import local_param_shape, state_bytes
@@ -51,6 +51,14 @@ def _schedule(name: str, pp: int, m: int, v: int):
     sched = generate_schedule(name, pp, m, v)
     stages = {r: sorted({a[0] for a in acts if a is not None}) for r, acts in sched.items()}
     return sched, stages
+
+
+def placed_stages(schedule: str, rank: int, pp: int, chunks: int) -> List[int]:
+    """The stages on ``rank`` by the schedule's placement: looped (``rank + k pp``) or V
+    (``rank`` and ``2 pp - 1 - rank``)."""
+    if get_schedule_info(schedule).placement == "v":
+        return [rank, 2 * pp - 1 - rank]
+    return [rank + k * pp for k in range(chunks)]
 
 
 @lru_cache(maxsize=8192)
@@ -140,11 +148,12 @@ def _rank_state(by_stage, stage_ids: tuple, c: Candidate, comm: CommCost, profil
 
 
 def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: int = 0,
-            memo: Optional[dict] = None, bound: Optional[float] = None) -> Prediction:
+            memo: Optional[dict] = None, lower_bound: bool = False) -> Prediction:
     """Step time, its parts and the peak memory per rank of plan ``c`` (see the module docstring);
     ``memo``: a dict shared by the predictions of one search (same model and profile). With
-    ``bound``, a pipeline plan whose step without its bubble already exceeds ``bound`` is not
-    simulated: its step is that lower bound (``simulated=False``)."""
+    ``lower_bound``, a pipeline plan is neither built nor simulated: its step is its busiest
+    rank's compute plus its wait for the first forward (the least bubble) and its activations one microbatch of its largest stage, both
+    lower bounds (``simulated=False``)."""
     memo = {} if memo is None else memo
     comm = CommCost(profile, c, ranks_per_node or c.world)
     stages: List[StageCost] = stage_costs(model, c, profile, comm, memo)
@@ -156,17 +165,26 @@ def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: in
         parts.update(stages[0].parts)
         rank_stages, act_peaks = [[0]], [stages[0].activation_bytes]
     else:
-        _, on_rank = _schedule(c.schedule, c.pp, c.microbatches, c.chunks)
-        ranks = sorted(on_rank)
-        rank_stages = [on_rank[r] for r in ranks]
         act = tuple(float(s.activation_bytes) for s in stages)
-        act_peaks = list(live_activation_peaks(c.schedule, c.pp, c.microbatches, c.chunks, act))
+        if lower_bound:  # no schedule built: stages by placement, one live microbatch at least
+            rank_stages = [placed_stages(c.schedule, r, c.pp, c.chunks) for r in range(c.pp)]
+            act_peaks = [max(act[s] for s in ids) for ids in rank_stages]
+        else:
+            _, on_rank = _schedule(c.schedule, c.pp, c.microbatches, c.chunks)
+            rank_stages = [on_rank[r] for r in sorted(on_rank)]
+            act_peaks = list(live_activation_peaks(c.schedule, c.pp, c.microbatches, c.chunks, act))
         busy = [c.microbatches * sum(stages[s].total for s in ids) for ids in rank_stages]
         busiest = max(range(len(busy)), key=lambda i: busy[i])
         for s in rank_stages[busiest]:
             for name, value in stages[s].parts.items():
                 parts[name] = parts.get(name, 0.0) + value * c.microbatches
-        pipeline = busy[busiest]
+        msg = c.microbatch_samples * model.seq * model.hidden * itemsize / (c.tp if c.sp else 1)
+        latency = comm.time("p2p", 2, msg, "pp")
+        # a rank starts once the first microbatch's forward reached its first stage
+        starts = [sum(stages[s].forward + latency for s in range(min(ids))) for ids in rank_stages]
+        pipeline = max(st + b for st, b in zip(starts, busy))
+        if pipeline > busy[busiest]:
+            parts["pipeline bubble"] = pipeline - busy[busiest]
     tail, memory, peak, rank_tail = -1.0, {}, -1.0, {}
     comm_max = max(s.comm_max_bytes for s in stages)
     base = profile.process_base_bytes()
@@ -181,11 +199,8 @@ def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: in
             peak, memory = sum(mem.values()), mem
     parts.update(rank_tail)
     parts["loss sync"] = comm.time("all_reduce", c.world, 4, "world")
-    simulated = c.pp == 1 or bound is None or pipeline + tail + parts["loss sync"] <= bound
+    simulated = c.pp == 1 or not lower_bound
     if c.pp > 1 and simulated:
-        samples = c.microbatch_samples
-        msg = samples * model.seq * model.hidden * itemsize / (c.tp if c.sp else 1)
-        latency = comm.time("p2p", 2, msg, "pp")
         costs = tuple((round(s.forward, 12), round(s.backward_input, 12), round(s.backward_weight, 12)) for s in stages)
         makespan, sim_busy, _, _ = _simulate(c.schedule, c.pp, c.microbatches, c.chunks, costs, act, latency)
         parts["pipeline bubble"] = makespan - max(sim_busy)

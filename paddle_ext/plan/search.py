@@ -60,8 +60,9 @@ def search(model_desc: ModelDesc, profile: Profile, nproc: int, memory=None, *, 
            exact: int = 50) -> SearchResult:
     """Every plan of ``model_desc`` on ``nproc`` ranks (``nodes`` nodes of ``nproc / nodes`` ranks),
     predicted with ``profile``, those within ``memory`` (bytes or ``"2GiB"``; None: no limit)
-    ranked fastest first; the best ``exact`` plans (at least) have their pipeline simulated, the
-    rest may keep a lower bound (``Prediction.simulated`` False) (``nodes`` defaults to ``nproc / ranks_per_node`` of the profile, else 1). Named errors before the search: :class:`~.errors.MemoryUnitError`,
+    ranked fastest first. The best ``exact`` plans are exact (their pipelines built and simulated,
+    their memory checked); a plan that cannot be among them keeps its lower bounds of step and
+    memory (``Prediction.simulated`` False) (``nodes`` defaults to ``nproc / ranks_per_node`` of the profile, else 1). Named errors before the search: :class:`~.errors.MemoryUnitError`,
     :class:`~.errors.MeshFactorError`, :class:`~.errors.ProfileError`; after it,
     :class:`~.errors.NoFeasiblePlanError` when no plan fits the limit."""
     limit = parse_memory(memory) if memory is not None else None
@@ -78,26 +79,34 @@ def search(model_desc: ModelDesc, profile: Profile, nproc: int, memory=None, *, 
                                  model_desc.seq, batch, nproc, schedules, max_microbatches)
     check_profile_covers(profile, *requirements(model_desc, cands, rpn))
     memo: dict = {}
-    # branch and bound: every plan's lower bound first (a pipeline's compute without its bubble),
-    # then exact simulations in bound order while a plan can still enter the best ``exact`` ones
-    preds = [predict(model_desc, c, profile, rpn, memo, bound=0.0) for c in cands]
-    feasible = [p for p in preds if limit is None or p.peak_bytes <= limit]
-    feasible.sort(key=lambda p: p.step_s)
-    best: List[float] = []
-    for i, p in enumerate(feasible):
+    # branch and bound: every plan's lower bound first (a pipeline neither built nor simulated),
+    # then, in bound order, exact predictions while a plan can still enter the best ``exact``
+    bounds = sorted((predict(model_desc, c, profile, rpn, memo, lower_bound=True) for c in cands),
+                    key=lambda p: p.step_s)
+    feasible, best, infeasible, checked = [], [], [], 0
+    for p in bounds:
+        if limit is not None and p.peak_bytes > limit:
+            infeasible.append(p)
+            continue
         threshold = best[exact - 1] if len(best) >= exact else float("inf")
         if not p.simulated and p.step_s <= threshold:
-            p = feasible[i] = predict(model_desc, p.candidate, profile, rpn, memo)
+            p = predict(model_desc, p.candidate, profile, rpn, memo)
+            checked += 1
+            if limit is not None and p.peak_bytes > limit:
+                infeasible.append(p)
+                continue
         if p.simulated:
             best = sorted(best + [p.step_s])[:exact]
+        feasible.append(p)
     if not feasible:
-        smallest = min(preds, key=lambda p: p.peak_bytes)
+        exact_peaks = [p if p.simulated else predict(model_desc, p.candidate, profile, rpn, memo) for p in infeasible]
+        smallest = min(exact_peaks, key=lambda p: p.peak_bytes)
         raise NoFeasiblePlanError(
             f"no plan of {model_desc.name} on {nproc} ranks fits --memory-limit {format_bytes(limit)} per rank: "
-            f"the smallest any of the {len(preds)} plans needs is {format_bytes(smallest.peak_bytes)} "
+            f"the smallest any of the {len(exact_peaks)} plans needs is {format_bytes(smallest.peak_bytes)} "
             f"({smallest.candidate.name}); raise the limit, add ranks or shrink the batch")
     feasible.sort(key=lambda p: (p.step_s, p.peak_bytes, p.candidate.name))
-    return SearchResult(len(cands), time.perf_counter() - start, feasible, len(preds) - len(feasible), limit)
+    return SearchResult(len(cands), time.perf_counter() - start, feasible, len(infeasible), limit)
 
 
 def to_json(result: SearchResult, top: Optional[int] = None) -> dict:
