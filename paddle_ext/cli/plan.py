@@ -54,18 +54,28 @@ def _profile(args, model, out: Path):
     return Profile.from_json(data, str(out / "profile.json"))
 
 
+def _pick(entries: list, k: int, how: str) -> list:
+    """``k`` entries: the first ones (``best``) or evenly spaced over the ranking (``spread``)."""
+    if how == "best" or len(entries) <= k:
+        return entries[:k]
+    step = (len(entries) - 1) / (k - 1) if k > 1 else 0
+    return [entries[round(i * step)] for i in range(k)]
+
+
 def _run_plans(args, model, result, doc: dict) -> None:
     from ..plan.compare import summary
     from ..plan.runner import run_candidate, runnable
+    from ..plan.search import to_json
 
     by_name = {p.candidate.name: p.candidate for p in result.plans}
-    chosen, skipped = [], {}
-    for entry in doc["plans"]:
-        why = runnable(by_name[entry["name"]], len(model.layers))
-        if why:
-            skipped[entry["name"]] = why
-        elif len(chosen) < args.run:
-            chosen.append(entry)
+    every = to_json(result)["plans"]
+    skipped = {e["name"]: runnable(by_name[e["name"]], len(model.layers)) for e in every}
+    chosen = _pick([e for e in every if not skipped[e["name"]]], args.run, args.pick)
+    names = {e["name"] for e in doc["plans"]}
+    doc["plans"] = sorted(doc["plans"] + [e for e in chosen if e["name"] not in names],
+                          key=lambda e: e["predicted_step_s"])
+    chosen_names = {e["name"] for e in chosen}
+    chosen = [e for e in doc["plans"] if e["name"] in chosen_names]
     for n, entry in enumerate(chosen, 1):
         print(f"paddle-ext plan: running {n}/{len(chosen)}: {entry['name']}", file=sys.stderr)
         measured = run_candidate(by_name[entry["name"]], model.config, steps=args.steps, timeout=args.timeout,
@@ -73,8 +83,10 @@ def _run_plans(args, model, result, doc: dict) -> None:
         entry.update(measured)
     doc["run"] = summary(doc["plans"])
     doc["run"]["load_average"] = list(os.getloadavg())
-    if skipped:
-        doc["run"]["not_runnable_by_the_demo_runner"] = skipped
+    doc["run"]["picked"] = args.pick
+    not_run = {name: why for name, why in skipped.items() if why}
+    if not_run:
+        doc["run"]["not_runnable_by_the_demo_runner"] = len(not_run)
 
 
 def run(args) -> int:
@@ -98,8 +110,7 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     profile = _profile(args, model, out)
     result = search(model, profile, args.nproc, limit, nodes=args.nodes, batch=batch)
-    top = max(args.top, args.run * 3) if args.run else args.top
-    doc = to_json(result, top if not args.json else max(top, 20))
+    doc = to_json(result, args.top if not args.json else max(args.top, 20))
     doc["model"] = {k: v for k, v in model.to_json().items() if k != "layers"}
     doc["profile"] = profile.data.get("source")
     if args.run:
@@ -133,6 +144,8 @@ def register(subparsers) -> None:
                              "across nodes use the profile's inter_node figures")
     parser.add_argument("--top", type=int, default=DEFAULT_TOP, help=f"plans shown (default {DEFAULT_TOP})")
     parser.add_argument("--run", type=int, default=0, metavar="K", help="run the K best plans the demo runner can run")
+    parser.add_argument("--pick", choices=("best", "spread"), default="best",
+                        help="with --run: the K best plans (default) or K spread evenly over the ranking")
     parser.add_argument("--steps", type=int, default=6, help="training steps per run plan (default 6)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--out", default="plan_out", help="directory for plan.json and a measured profile")

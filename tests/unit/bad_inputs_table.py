@@ -510,6 +510,48 @@ ROWS: tuple[Row, ...] = (
         "paddle-ext schedule: error: --csv 'no_such_dir/x.csv': the directory 'no_such_dir' does not "
         "exist"),
 
+    # -- plan search (paddle-ext plan) --------------------------------------------------------
+    Row("plan-unknown-model", "plan search", 'from paddle_ext.plan.describe import describe_model\ndescribe_model("gpt5")',
+        "UnknownModelError", "unknown model 'gpt5'; the planner describes demo, paddlenlp-gpt, paddlenlp-qwen "
+        "(a larger demo-family model: --model demo --layers N --hidden H ...)"),
+    Row("plan-no-mesh-factorisation", "plan search",
+        "from paddle_ext.plan.candidates import enumerate_candidates\n"
+        "enumerate_candidates(n_layers=6, heads=4, hidden=32, ffn=64, seq=16, batch=8, nproc=7)", "MeshFactorError",
+        "no plan fits 7 ranks: every factorisation pp x dp x tp = 7 fails (tp must divide heads 4, hidden 32 and "
+        "MLP width 64; dp must divide the batch 8; pp x chunks must be at most the 6 pipeline pieces); choose "
+        "another --nproc, --batch or model size"),
+    Row("plan-memory-unit", "plan search", 'from paddle_ext.plan.memory import parse_memory\nparse_memory("2 GiBs")',
+        "MemoryUnitError", "memory amount '2 GiBs' is not a positive number with a unit; write e.g. 2GiB, 1.5GB, "
+        "512MiB or a byte count"),
+    Row("plan-profile-no-source", "plan search", "from paddle_ext.plan.profile_data import Profile\nProfile.from_json({})",
+        "ProfileError", "profile <dict> has no 'source': say where its figures come from (measured on which "
+        "machine, or which published figures)"),
+    Row("plan-profile-missing-collective", "plan search",
+        "from paddle_ext.plan.profile_data import Profile\n"
+        'p = Profile.from_json({"source": "hand", "collectives": {"all_reduce": {"2": {"alpha_s": 1e-5, '
+        '"s_per_byte": 1e-9}}}})\np.collective_line("all_reduce", 4)', "ProfileError",
+        "profile <dict> has no all_reduce for a group of 4 ranks (groups within a node; it has: 2); measure it on "
+        "the target machine with `paddle-ext profile --model <model> --nproc <N> --out FILE.json` with --nproc a "
+        "multiple of 4, or add collectives.all_reduce[\"4\"] = {alpha_s, s_per_byte}"),
+    Row("plan-profile-missing-matmul", "plan search",
+        'from paddle_ext.plan.profile_data import Profile\nProfile.from_json({"source": "hand"}).matmul((1, 128, 32, 32))',
+        "ProfileError", "profile <dict> has no time for matmul 1x128x32x32 (BxMxKxN) and no "
+        "matmul.rate_flops_per_s to estimate it; measure it on the target machine with `paddle-ext profile"),
+    Row("plan-memory-limit-unmet", "plan search",
+        "from paddle_ext.plan.model_desc import gpt_family\nfrom paddle_ext.plan.profile_data import Profile\n"
+        "from paddle_ext.plan.search import search\n"
+        'free = {"alpha_s": 0, "s_per_elem": 0}\n'
+        'p = Profile.from_json({"source": "hand", "matmul": {"rate_flops_per_s": 1e9}, "elementwise": {"fwd": free, '
+        '"bwd": free}, "optimizer": {}, "collectives": {k: {"any": {"alpha_s": 0, "s_per_byte": 0}} for k in '
+        '("all_reduce", "all_gather", "reduce_scatter", "p2p")}})\n'
+        'search(gpt_family(32, 4, 64, 16, 64, 4), p, 4, "64KiB", schedules=["1F1B"])', "NoFeasiblePlanError",
+        "no plan of demo on 4 ranks fits --memory-limit 64.0 KiB per rank: the smallest any of the 38 plans needs "
+        "is 370.8 KiB (pp2-sp2-tp2:1F1B:m8); raise the limit, add ranks or shrink the batch"),
+    Row("cli-plan-unknown-model", "plan search", "paddle-ext plan --model gpt5 --nproc 4", "exit 2",
+        "paddle-ext plan: error: unknown model 'gpt5'; the planner describes demo"),
+    Row("cli-plan-memory-unit", "plan search", "paddle-ext plan --model demo --nproc 4 --memory-limit 2GiBs", "exit 2",
+        "paddle-ext plan: error: memory amount '2GiBs' is not a positive number with a unit"),
+
     # == known poor errors (xfail strict until fixed) ========================================
 )
 
