@@ -44,7 +44,6 @@ def _planner_bytes(shape: Tuple[int, ...], group: int, src: str, dst: str, items
     return plan_bytes(plan_reshard(*spec, itemsize=itemsize))
 
 
-@lru_cache(maxsize=8192)
 def reshard_bytes(shape: Tuple[int, ...], group: int, src: str, dst: str, itemsize: int = 4) -> int:
     """Bytes a rank receives for ``src -> dst`` of ``shape`` on a 1-D mesh of ``group`` ranks,
     as the reshard planner plans it. ``S(d)`` is read as a split of dim ``d``, the other dims
@@ -55,6 +54,11 @@ def reshard_bytes(shape: Tuple[int, ...], group: int, src: str, dst: str, itemsi
     >>> reshard_bytes((8, 16, 32), 2, "[P]", "[R]"), 2 * (2 - 1) / 2 * 8 * 16 * 32 * 4
     (16384, 16384.0)
     """
+    return _reshard_bytes(tuple(shape), group, src, dst, itemsize)
+
+
+@lru_cache(maxsize=8192)
+def _reshard_bytes(shape: Tuple[int, ...], group: int, src: str, dst: str, itemsize: int) -> int:
     if group <= 1:
         return 0
     numel = 1
