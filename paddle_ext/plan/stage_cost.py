@@ -21,8 +21,7 @@ Per op of the stage's layers, at the microbatch a plan gives each rank
 ...     {"fwd": {"alpha_s": 0, "s_per_elem": 0}, "bwd": {"alpha_s": 0, "s_per_elem": 0}}})
 >>> m = gpt_family(hidden=4, heads=2, ffn=8, seq=2, vocab=4, layers=1)
 >>> s = stage_costs(m, Candidate(dp=2, batch=2), p, comm=None)[0]
->>> # 2 * flops of q,k,v + two attention products + o + gate,up + down + head, each rank 1 sample
->>> s.forward == 2 * (3 * 2*4*4 + 2 * 2*2*2*2 + 2*4*4 + 2 * 2*4*8 + 2*8*4 + 2*4*4)
+>>> s.forward == 2 * (3 * 2*4*4 + 2 * 2*2*2*2 + 2*4*4 + 2 * 2*4*8 + 2*8*4 + 2*4*4)  # 2 x flops, 1 sample
 True
 """
 from __future__ import annotations
