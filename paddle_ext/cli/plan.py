@@ -63,6 +63,7 @@ def _pick(entries: list, k: int, how: str) -> list:
 
 
 def _run_plans(args, model, result, doc: dict) -> None:
+    from ..errors import HarnessError
     from ..plan.compare import summary
     from ..plan.runner import run_candidate, runnable
     from ..plan.search import to_json
@@ -78,8 +79,13 @@ def _run_plans(args, model, result, doc: dict) -> None:
     chosen = [e for e in doc["plans"] if e["name"] in chosen_names]
     for n, entry in enumerate(chosen, 1):
         print(f"paddle-ext plan: running {n}/{len(chosen)}: {entry['name']}", file=sys.stderr)
-        measured = run_candidate(by_name[entry["name"]], model.config, steps=args.steps, timeout=args.timeout,
-                                 lock=args.lock)
+        try:
+            measured = run_candidate(by_name[entry["name"]], model.config, steps=args.steps, timeout=args.timeout,
+                                     lock=args.lock)
+        except HarnessError as exc:  # one failing plan is a finding, not the end of the comparison
+            entry["run_error"] = str(exc).splitlines()[0]
+            print(f"paddle-ext plan: {entry['name']} failed: {entry['run_error']}", file=sys.stderr)
+            continue
         entry.update(measured)
     doc["run"] = summary(doc["plans"])
     doc["run"]["load_average"] = list(os.getloadavg())
