@@ -22,6 +22,7 @@ the same microbatch's forward on the upper stage, so memory never blocks the way
 """
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Tuple
@@ -97,9 +98,11 @@ def greedy_order(pb: Problem, policy: Policy) -> Optional[Order]:
         e = end_i[s + 1][j]
         return None if e is None else max(own, e + lat if ranks[s + 1] != r else e)
 
-    while any(todo):
-        r = min((x for x in range(p) if todo[x]), key=lambda x: free[x])
-        t = free[r]
+    heap = [(0.0, x) for x in range(p) if todo[x]]  # (free time, rank); stale entries are skipped
+    while heap:
+        t, r = heapq.heappop(heap)
+        if t != free[r] or not todo[r]:
+            continue
         stages = local[r]
         # the I that can start soonest, and the next known I arrival
         best_i, i_ready, next_i = None, _INF, _INF
@@ -148,6 +151,7 @@ def greedy_order(pb: Problem, policy: Policy) -> Optional[Order]:
             others = [free[x] for x in range(p) if x != r and todo[x] and free[x] > t]
             if waits:
                 free[r] = min(waits)
+                heapq.heappush(heap, (free[r], r))
                 continue
             blocked.add(r)
             if all(x in blocked for x in range(p) if todo[x]):
@@ -155,6 +159,7 @@ def greedy_order(pb: Problem, policy: Policy) -> Optional[Order]:
             free[r] = min(others) if others else t
             if not others:
                 free[r] = t + 1e-9  # let a rank at the same time move first
+            heapq.heappush(heap, (free[r], r))
             continue
         blocked.clear()
         kind, s, j = choice
@@ -179,6 +184,8 @@ def greedy_order(pb: Problem, policy: Policy) -> Optional[Order]:
         order[r].append(choice)
         free[r] = end
         todo[r] -= 1
+        if todo[r]:
+            heapq.heappush(heap, (end, r))
     return order
 
 
