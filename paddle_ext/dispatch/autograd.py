@@ -8,7 +8,7 @@
   the input's layout (paddle-ext's executor both ways).
 
 Which route a call takes -- no autograd, Paddle's native autograd or this PyLayer -- is decided
-in :mod:`.route`.
+in one place, :func:`~.core.dispatch`.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from .slots import restructure
 @functools.cache
 def dispatch_function():
     """The PyLayer class ``DispatchFunction``; ``apply(call, *flat_inputs)``, where ``call`` is
-    a :class:`~.route.Call` (made once: it needs Paddle)."""
+    a :class:`~.core.Call` (made once: it needs Paddle)."""
     paddle = cd._paddle()
 
     class DispatchFunction(paddle.autograd.PyLayer):

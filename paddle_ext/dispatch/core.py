@@ -9,27 +9,54 @@ One call of a dispatched op does, in order:
    (``paddle_ext.spmd``) -- a missing rule, inputs on different meshes or a rule that cannot
    serve the placements raise :class:`DispatchError` naming the op, the placements and the fix;
    nothing is ever replicated silently;
-2. **route** (:mod:`.route`): reshard the inputs the rule lists as required reshards, then choose
-   between no autograd, Paddle's native autograd and paddle-ext's PyLayer (:mod:`.autograd`) --
-   backward produces the gradient placements of :func:`~paddle_ext.dispatch.grad.grad_plan`, so a
-   replicated input consumed locally gets a ``Partial(sum)`` gradient;
+2. **route** (:func:`dispatch`, the one place that chooses): the inputs the plan expects (dense
+   tensors replicated, the rule's required reshards done, differentiably), then one of three
+   routes --
+
+   * *no autograd*: no input requires grad, or grad is off -- the local op on the local values;
+   * *native*: Paddle's own C++ autograd, where it is exact (:attr:`Plan.native_hints`):
+     ``dtensor_to_local`` with the gradient placements of the :class:`~.grad.GradPlan` as its
+     placements (its backward builds the input gradient with them, so a replicated input
+     consumed locally gets ``P(sum)``), the local op, and ``dtensor_from_local`` (whose backward
+     reshards ``dy`` to the output's placements);
+   * *PyLayer*: everything else (:mod:`.autograd`);
+
 3. **run**: the function on the local shards, its outputs checked against the local shapes the
    rule claims and wrapped with its placements and global shapes (:mod:`.outputs`).
 
-Inside ``dist.to_static`` the same steps run without a cache, on PIR values (:mod:`.static`).
+:func:`pylayer_only` sends every differentiable call through the PyLayer inside a ``with``
+block (tests compare both routes). Inside ``dist.to_static`` the same steps run without a
+cache, on PIR values (:mod:`.static`).
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import contextlib
+import contextvars
+from typing import Callable, NamedTuple, Sequence
 
 from ..compat import dispatch as cd
+from ..compat.dispatch import DygraphRuntime, dygraph_runtime
 from ..placements import format_placements
-from .plan import LocalCtx
+from .audit_report import _ACTIVE, record_dispatch
+from .autograd import dispatch_function, reshard
+from .outputs import wrap_checked
+from .plan import LocalCtx, Plan
 from .plan_cache import lookup
-from .route import run
 from .rules import DispatchError, HandBack, explain_call, get_rule
-from .slots import flatten_slots
+from .slots import flatten_slots, restructure
 from .static import dispatch_static
+
+_NATIVE = contextvars.ContextVar("paddle_ext_dispatch_native_autograd", default=True)
+
+
+class Call(NamedTuple):
+    """One dispatched call as the PyLayer sees it: the op, the cached :class:`Plan`, the call's
+    slots (their structure) and its local function ``run_local(local slots, LocalCtx)``."""
+
+    op: str
+    plan: Plan
+    slots: list
+    run_local: Callable
 
 
 def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
@@ -39,14 +66,55 @@ def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
     ``attrs``: the rule's attributes; ``run_local(local_slots, ctx)`` computes on local tensors
     (``ctx``: a :class:`LocalCtx`, None when no input is a DistTensor).
     """
-    rt = cd.dygraph_runtime()
+    rt = dygraph_runtime()
     if not rt.in_dygraph():
         return dispatch_static(op, slots, attrs, run_local)
     found = lookup(rt, op, slots, attrs)
     if found is None:   # no DistTensor among the inputs
         return run_local(list(slots), None)
-    plan, attrs, no_grad = found
-    return run(rt, plan, op, slots, run_local, no_grad)
+    plan, no_grad = found
+    flat = slots if plan.ready else _inputs(rt, plan, slots)
+    if no_grad or not rt.grad_enabled():
+        lin = [t._local_value() for t in flat]
+    elif plan.native_hints is not None and _NATIVE.get():
+        to_local, mesh = rt.to_local, plan.cmesh
+        lin = [to_local(t, mesh, h) if not t.stop_gradient else t._local_value()
+               for t, h in zip(flat, plan.native_hints)]
+    else:
+        outs = dispatch_function().apply(Call(op, plan, list(slots), run_local), *flat)
+        if _ACTIVE:
+            record_dispatch(op)
+        return outs
+    out = run_local(lin if plan.direct else restructure(slots, lin), plan.ctx)
+    if plan.single and not isinstance(out, (tuple, list)) and out.shape == plan.out_local[0]:
+        outs = rt.from_local(out, plan.cmesh, plan.out_paddle[0])   # the common case of wrap_checked, inline
+    else:
+        outs = wrap_checked(rt.from_local, op, plan, out)
+    if _ACTIVE:
+        record_dispatch(op)
+    return outs
+
+
+def _inputs(rt: DygraphRuntime, plan: Plan, slots) -> list:
+    """The flat inputs the plan expects: dense tensors replicated, the required reshards done
+    (a reshard keeps ``stop_gradient``, so ``no_grad`` still holds)."""
+    flat = [t if cd.is_dist(t) else (cd.replicate_dense(t, plan.mesh) if cd.is_tensor(t) else t)
+            for t in flatten_slots(slots)]
+    if plan.reshards:
+        grad_on = rt.grad_enabled()
+        for i, pls in plan.reshards:
+            flat[i] = reshard(flat[i], plan.mesh, pls, grad_on)
+    return flat
+
+
+@contextlib.contextmanager
+def pylayer_only():
+    """Inside the block, every differentiable dygraph dispatch takes the PyLayer route."""
+    token = _NATIVE.set(False)
+    try:
+        yield
+    finally:
+        _NATIVE.reset(token)
 
 
 def has_dist(slots) -> bool:
@@ -54,5 +122,5 @@ def has_dist(slots) -> bool:
     return any(cd.is_dist(t) for t in flatten_slots(slots))
 
 
-__all__ = ["DispatchError", "HandBack", "LocalCtx", "dispatch", "explain_call", "format_placements", "get_rule",
-           "has_dist"]
+__all__ = ["Call", "DispatchError", "HandBack", "LocalCtx", "dispatch", "explain_call", "format_placements",
+           "get_rule", "has_dist", "pylayer_only"]

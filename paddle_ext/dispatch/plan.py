@@ -64,10 +64,12 @@ class Plan:
     cmesh: Any = None             # dygraph: the mesh as an owned C++ ProcessMesh (see plan_cache)
     direct: bool = False          # every slot is one DistTensor: the slots are the flat inputs
     single: bool = field(init=False)   # one evenly split output: wrapped without the general loop
+    ready: bool = field(init=False)    # direct and no reshard: the slots are the inputs as given
     _grads: dict = field(default_factory=dict, init=False, repr=False)   # differentiable mask -> GradPlan
 
     def __post_init__(self):
         self.single = len(self.out_fast) == 1 and self.out_fast[0]
+        self.ready = self.direct and not self.reshards
 
     def grad_plan(self, diff: tuple) -> GradPlan:
         """The :class:`GradPlan` for this mask of differentiable outputs (computed once)."""

@@ -36,11 +36,10 @@ _MESHES: list = []  # the meshes seen, as owned C++ ProcessMesh objects; a mesh'
 
 
 def lookup(rt: DygraphRuntime, op: str, slots: Sequence, attrs: dict):
-    """``(plan, attrs, no_grad)`` for a dygraph call, or None when no slot holds a DistTensor.
+    """``(plan, no_grad)`` for a dygraph call, or None when no slot holds a DistTensor.
 
-    ``attrs`` comes back normalised if it had to be (list attributes as tuples); ``no_grad`` is
-    True when no input requires grad. A miss makes the plan (:func:`~.plan.make_plan`, which
-    raises for what cannot be served) and keeps it."""
+    ``no_grad`` is True when no input requires grad. A miss makes the plan
+    (:func:`~.plan.make_plan`, which raises for what cannot be served) and keeps it."""
     ck = fast_key.KEY[0]
     got = ck(slots) if ck is not None else None
     if got is None:
@@ -53,8 +52,8 @@ def lookup(rt: DygraphRuntime, op: str, slots: Sequence, attrs: dict):
     except TypeError:   # an unhashable attribute (or a layout without a key): normalise, try again
         plan = None
     if plan is None:
-        plan, attrs = _make_and_keep(rt, op, slots, attrs, layout)
-    return plan, attrs, no_grad
+        plan = _make_and_keep(rt, op, slots, attrs, layout)
+    return plan, no_grad
 
 
 def python_layout(rt: DygraphRuntime, slots: Sequence, lists_are_dense: bool = False):
@@ -97,7 +96,7 @@ def python_layout(rt: DygraphRuntime, slots: Sequence, lists_are_dense: bool = F
         return None
     if mixed:
         return None, no_grad
-    number = mesh_number(rt, mesh)
+    number = 0 if _MESHES and mesh == _MESHES[0] else mesh_number(rt, mesh)   # the first mesh: no call
     if number is None:
         return None, no_grad
     key.append(number)
@@ -126,8 +125,9 @@ def mesh_number(rt: DygraphRuntime, mesh) -> int | None:
     return len(_MESHES) - 1
 
 
-def _make_and_keep(rt: DygraphRuntime, op, slots, attrs, layout) -> tuple[Plan, dict]:
-    """A miss: the plan made (and kept under its key when the key can be hashed)."""
+def _make_and_keep(rt: DygraphRuntime, op, slots, attrs, layout) -> Plan:
+    """A miss: the plan made (and kept under its key when the key can be hashed). A list
+    attribute is turned into a tuple (the rules take tuples) before the key is built again."""
     attrs = {k: tuple(v) if isinstance(v, list) else v for k, v in attrs.items()} if attrs else attrs
     key = (op, tuple(attrs.items()) if attrs else (), layout) if layout is not None else None
     try:
@@ -135,7 +135,7 @@ def _make_and_keep(rt: DygraphRuntime, op, slots, attrs, layout) -> tuple[Plan, 
     except TypeError:   # still unhashable: this call's plan is not kept
         key = plan = None
     if plan is not None:
-        return plan, attrs
+        return plan
     flat = flatten_slots(slots)
     mesh = next(t for t in flat if isinstance(t, rt.tensor) and t.is_dist()).process_mesh
     number = mesh_number(rt, mesh)
@@ -144,7 +144,7 @@ def _make_and_keep(rt: DygraphRuntime, op, slots, attrs, layout) -> tuple[Plan, 
     plan = make_plan(op, list(slots), attrs, flat, mesh, cmesh=cmesh)
     if key is not None and len(_PLANS) < LIMIT:
         _PLANS[key] = plan
-    return plan, attrs
+    return plan
 
 
 def cached_plans() -> list[Plan]:

@@ -213,7 +213,7 @@ def gradient_fix_vs_local_map():
     xd, wd = paddle.to_tensor(xa), paddle.to_tensor(wa)
     xd.stop_gradient = wd.stop_gradient = False
     (paddle.matmul(xd, wd) ** 2).sum().backward()
-    from paddle_ext.dispatch import plan_cache, route
+    from paddle_ext.dispatch import core, plan_cache
 
     out = {}
     # "dispatch": Paddle's native autograd with dtensor_to_local(x, [P(sum)]) as the gradient
@@ -225,7 +225,7 @@ def gradient_fix_vs_local_map():
         if variant == "dispatch":
             y = pd.dispatch("matmul", [x, w], {}, lambda t, ctx: local_linear(*t))
         elif variant == "dispatch_pylayer":
-            with route.pylayer_only():
+            with core.pylayer_only():
                 y = pd.dispatch("matmul", [x, w], {}, lambda t, ctx: local_linear(*t))
         else:
             y = dist.local_map(local_linear, out_placements=[[dist.Shard(1)]],

@@ -13,7 +13,7 @@ import paddle  # noqa: E402 - required: a broken install fails here, never skips
 dist = paddle.distributed
 
 from paddle_ext.compat import fast_key  # noqa: E402
-from paddle_ext.dispatch import DispatchError, autograd, dispatch, plan_cache, route  # noqa: E402
+from paddle_ext.dispatch import DispatchError, autograd, core, dispatch, plan_cache  # noqa: E402
 
 
 @pytest.fixture(params=["python", "compiled"])
@@ -90,7 +90,7 @@ def test_pylayer_only_changes_the_route_not_the_gradients(monkeypatch):
         applied.append(1)
         return real()
 
-    monkeypatch.setattr(route, "dispatch_function", counting)
+    monkeypatch.setattr(core, "dispatch_function", counting)
     for pylayer in (False, True, False):
         x = dist.shard_tensor(paddle.to_tensor(xa), mesh, [dist.Replicate()])
         w = dist.shard_tensor(paddle.to_tensor(wa), mesh, [dist.Shard(1)])
@@ -98,7 +98,7 @@ def test_pylayer_only_changes_the_route_not_the_gradients(monkeypatch):
         assert plan_cache.plan_for("matmul", [x, w], {}).native_hints is not None   # native is exact here
         del applied[:]
         if pylayer:
-            with route.pylayer_only():
+            with core.pylayer_only():
                 y = dispatch("matmul", [x, w], {}, lambda t, c: paddle.matmul(t[0], t[1]))
         else:
             y = dispatch("matmul", [x, w], {}, lambda t, c: paddle.matmul(t[0], t[1]))
