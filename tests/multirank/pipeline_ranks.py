@@ -257,8 +257,8 @@ def run_bad_inputs():
     out["split"] = attempt(lambda: get_schedule("1F1B")(stages_for([rank], 3), 4, loss_fn=F.mse_loss))
     out["placement"] = attempt(lambda: get_schedule("VPP")(stages_for([2 * rank, 2 * rank + 1], 4), 4,
                                                            loss_fn=F.mse_loss))
-    out["constraint_vpp"] = attempt(lambda: get_schedule("VPP")(stages_for([rank, rank + 2], 4), 3,
-                                                                loss_fn=F.mse_loss))
+    # ZBV on one stage per rank: a V needs two (VPP's old "multiple of n_ranks" constraint is gone)
+    out["constraint_zbv"] = attempt(lambda: get_schedule("ZBV")(stages_for([rank], 2), 4, loss_fn=F.mse_loss))
     out["constraint_dualpipev"] = attempt(lambda: get_schedule("DualPipeV")(stages_for([rank, 3 - rank], 4), 2,
                                                                             loss_fn=F.mse_loss))
     out["mismatch"] = attempt(lambda: get_schedule("1F1B")(stages_for([rank], 2), 4 if rank == 0 else 8,

@@ -102,7 +102,7 @@ def test_bad_inputs_raise_on_every_rank_without_hanging_and_the_doc_snippet_runs
     expected = {
         "split": "the model is split into 3 stages, but 2 pipeline ranks x 1 stage(s) on this rank make 2",
         "placement": "VPP places stages [0, 2] on pipeline rank 0",
-        "constraint_vpp": "must be a multiple of n_ranks (2)",
+        "constraint_zbv": "ZBV: n_chunks (--chunks, stages per rank) must be 2",
         "constraint_dualpipev": "DualPipeV: n_microbatches (--microbatches) must be >= 4",
         "mismatch": "differs from another rank's",
         "batch": "has 6 rows (dim 0), which does not split into 4 equal microbatches",
