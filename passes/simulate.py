@@ -247,9 +247,12 @@ def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: f
         ri = work.popleft()
         acts, t, n = lists[ri], clock[ri], len(lists[ri])
         my_starts, my_ends = starts[ri], ends[ri]
-        p = pos[ri]
         stopped = False  # a break leaves p at the action this rank waits on
-        while p < n:
+        pair_end = 0  # the two actions of an overlapped pair were timed with their mark
+        p = pos[ri]
+        for p in range(p, n):
+            if p < pair_end:
+                continue
             a = acts[p]
             s, k, mb = a
             start = t
@@ -278,12 +281,27 @@ def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: f
                     if wait_f and idx in wait_f:
                         work.extend(wait_f.pop(idx))
                 else:
-                    dep = inputs_at(ri, a)
-                    if dep is None:
+                    if f_end[idx] is None:
+                        inputs_at(ri, a)  # parks with the reason
                         stopped = True
                         break
-                    if dep > t:
-                        start = dep
+                    if s + 1 < n_stages:
+                        if direct_next[s]:
+                            dep = g_end[idx + n_mb]
+                            if dep is None:
+                                inputs_at(ri, a)
+                                stopped = True
+                                break
+                            if not local_next[s]:
+                                dep += lat
+                        else:
+                            dep = got_b[idx]
+                            if dep is None:
+                                inputs_at(ri, a)
+                                stopped = True
+                                break
+                        if dep > t:
+                            start = dep
                     t = start + (cost_b[s] if k is kb else cost_i[s])
                     g_end[idx] = t
                     if wait_g and idx in wait_g:
@@ -352,13 +370,13 @@ def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: f
                 for q, b in ((p + 1, first), (p + 2, second)):
                     my_starts[q], my_ends[q] = start, t
                     done(b[0] * n_mb + b[2], b[1], t)
-                p += 3
+                pair_end = p + 3
                 continue
             # else: a no-op (UNSHARD, RESHARD, REDUCE_GRAD) or an ignored mark takes no time
             my_starts[p] = start
             my_ends[p] = t
-            p += 1
         if not stopped:
+            p = n
             blocked.pop(ri, None)
         pos[ri], clock[ri] = p, t
 

@@ -49,6 +49,8 @@ def check_structure(schedule: Mapping[int, Sequence[Optional[Action]]], n_stages
         raise ScheduleError(f"a schedule is a non-empty dict {{rank: [Action | None, ...]}}, got {type(schedule).__name__}")
     # C-level passes (map/set/max) first: schedules hold ~10^5 actions
     per_rank = []  # (rank, its actions without idle slots)
+    all_kinds = set()  # of every rank's run actions
+    annotated = set()  # ranks with no-ops or overlap marks
     stage_rank: Dict[int, int] = {}
     for rank, actions in schedule.items():
         if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
@@ -58,9 +60,13 @@ def check_structure(schedule: Mapping[int, Sequence[Optional[Action]]], n_stages
             step = next(step for step, a in enumerate(actions) if a is not None and type(a) is not Action)
             _fail(schedule, f"rank {rank} step {step}: {actions[step]!r} is not an Action; build actions with "
                   "Action(stage, Kind.F, microbatch) or Action.from_str('0F0')")
-        if not set(map(_kind_of, present)) <= RUN_KINDS:  # no-ops and overlap marks: checked, then set aside
+        rank_kinds = set(map(_kind_of, present))
+        if not rank_kinds <= RUN_KINDS:  # no-ops and overlap marks: checked, then set aside
             _check_marks(schedule, rank, actions)
             present = [a for a in present if a[1] in RUN_KINDS]
+            rank_kinds &= RUN_KINDS
+            annotated.add(rank)
+        all_kinds |= rank_kinds
         per_rank.append((rank, present))
         for stage in set(map(_stage_of, present)):
             if stage_rank.setdefault(stage, rank) != rank:
@@ -91,11 +97,12 @@ def check_structure(schedule: Mapping[int, Sequence[Optional[Action]]], n_stages
 
     # the step of every action, per kind, at index stage * n_microbatches + microbatch
     n_mb = n_microbatches
-    kinds = set().union(*(map(_kind_of, present) for _, present in per_rank)) | {F, B, I, W}
+    kinds = all_kinds | {F, B, I, W}
     step_of: Dict[Kind, List[Optional[int]]] = {kind: [None] * (n_stages * n_mb) for kind in kinds}
     for rank, _ in per_rank:
+        skip = RUN_KINDS if rank in annotated else None
         for step, a in enumerate(schedule[rank]):
-            if a is None or a[1] not in RUN_KINDS:
+            if a is None or (skip is not None and a[1] not in skip):
                 continue
             s, kind, mb = a
             table, x = step_of[kind], s * n_mb + mb
