@@ -25,12 +25,12 @@ def _fmt_s(s) -> str:
 def _table(plans: list, show: int) -> str:
     from ..plan.memory import format_bytes
 
-    lines = [f"{'#':>3}  {'plan':<26} {'pred step':>10} {'meas step':>10} {'pred peak':>10} {'meas peak':>10}  "
+    lines = [f"{'#':>3}  {'plan':<36} {'pred step':>10} {'meas step':>10} {'pred peak':>10} {'meas peak':>10}  "
              f"top contributions"]
     for i, p in enumerate(plans[:show], 1):
         top = ", ".join(f"{t['part']} {t['fraction']:.0%}" for t in p["top"])
         meas_peak = "-" if p["measured_peak_bytes"] is None else format_bytes(p["measured_peak_bytes"])
-        lines.append(f"{i:>3}  {p['name']:<26} {_fmt_s(p['predicted_step_s']):>10} {_fmt_s(p['measured_step_s']):>10} "
+        lines.append(f"{i:>3}  {p['name']:<36} {_fmt_s(p['predicted_step_s']):>10} {_fmt_s(p['measured_step_s']):>10} "
                      f"{format_bytes(p['predicted_peak_bytes']):>10} {meas_peak:>10}  {top}")
     return "\n".join(lines)
 
@@ -95,6 +95,16 @@ def _run_plans(args, model, result, doc: dict) -> None:
         doc["run"]["not_runnable_by_the_demo_runner"] = len(not_run)
 
 
+def _schedules(text):
+    """``--schedules 1F1B,ZBV`` as canonical names (None: every schedule); unknown names fail
+    with the list of known ones."""
+    if not text:
+        return None
+    from ..passes.schedules import get_schedule_info
+
+    return list(dict.fromkeys(get_schedule_info(name.strip()).name for name in text.split(",") if name.strip()))
+
+
 def run(args) -> int:
     from ..plan.candidates import enumerate_candidates
     from ..plan.describe import check_model_name, describe_model
@@ -106,7 +116,8 @@ def run(args) -> int:
     model = describe_model(args.model, layers=args.layers, hidden=args.hidden, heads=args.heads, seq=args.seq,
                            vocab=args.vocab, ffn=args.ffn)
     batch = args.batch or max(8, 2 * args.nproc) if isinstance(args.nproc, int) else None
-    enumerate_candidates(len(model.layers), model.heads, model.hidden, model.ffn, model.seq, batch, args.nproc)
+    enumerate_candidates(len(model.layers), model.heads, model.hidden, model.ffn, model.seq, batch, args.nproc,
+                         _schedules(args.schedules))
     if args.run and args.model != "demo":
         from ..errors import PaddleExtError
 
@@ -115,7 +126,8 @@ def run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     profile = _profile(args, model, out)
-    result = search(model, profile, args.nproc, limit, nodes=args.nodes, batch=batch)
+    schedules = _schedules(args.schedules)
+    result = search(model, profile, args.nproc, limit, nodes=args.nodes, batch=batch, schedules=schedules)
     doc = to_json(result, args.top if not args.json else max(args.top, 20))
     doc["model"] = {k: v for k, v in model.to_json().items() if k != "layers"}
     doc["profile"] = profile.data.get("source")
@@ -148,6 +160,8 @@ def register(subparsers) -> None:
     parser.add_argument("--nodes", type=int, default=None,
                         help="nodes the ranks span (default: nproc / the profile's ranks_per_node, else 1); groups "
                              "across nodes use the profile's inter_node figures")
+    parser.add_argument("--schedules", default=None,
+                        help="pipeline schedules to consider, comma-separated (default: every schedule)")
     parser.add_argument("--top", type=int, default=DEFAULT_TOP, help=f"plans shown (default {DEFAULT_TOP})")
     parser.add_argument("--run", type=int, default=0, metavar="K", help="run the K best plans the demo runner can run")
     parser.add_argument("--pick", choices=("best", "spread"), default="best",
