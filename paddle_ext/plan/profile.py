@@ -8,7 +8,9 @@
   ranks, against the same block dense, with ``paddle_ext.install()`` and ``enable()`` as the demo
   runs), each collective kind per group size as ``dist.reshard`` runs it on a ``[N/g, g]`` mesh
   (all ranks busy at once, as in a plan), point-to-point send/recv, one AdamW step over
-  distributed parameters, and the rank's memory after all that (the process base).
+  distributed parameters, and the rank's memory after all that (the process base);
+* the pipeline runtime's cost per action beyond compute: the demo's ``pp2`` plan at 1 and at 4
+  microbatches on 2 ranks (:func:`measure_pipeline_action`).
 
 Each collective is timed at three sizes and fitted against the reshard planner's bytes for that
 transition, so ``alpha + s_per_byte * planner bytes`` is what the step model reads back.
@@ -198,7 +200,7 @@ def build_profile(gemms, nproc: int, model_config: dict, timeout: float = 600.0,
         collectives[kind] = {g: {"alpha_s": med(r["collectives"][kind][g]["alpha_s"] for r in ranks),
                                  "s_per_byte": med(r["collectives"][kind][g]["s_per_byte"] for r in ranks)}
                              for g in by_group}
-    return {
+    data = {
         "source": f"measured by paddle-ext profile on {platform.node()} ({platform.machine()}, "
                   f"{os.cpu_count()} CPUs), {nproc} CPU ranks on gloo, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
                   f"load average {load_before[0]:.2f} before",
@@ -210,6 +212,31 @@ def build_profile(gemms, nproc: int, model_config: dict, timeout: float = 600.0,
         "collectives": collectives,
         "memory": {"process_base_bytes": max(r["process_base_bytes"] for r in ranks)},
     }
+    data["pipeline"] = {"action_s": measure_pipeline_action(data, model_config, timeout)}
+    return data
+
+
+def measure_pipeline_action(data: dict, model_config: dict, timeout: float) -> float:
+    """Seconds a pipeline runtime adds per action (F, or a backward as two halves I + W) beyond
+    its compute: the demo's ``pp2`` plan with 1F1B run at 1 and at 4 microbatches on 2 ranks.
+    1F1B on 2 stages takes ``(m + 1)`` times one stage's F + B, so three more microbatches add
+    ``3 (F + B + 2 action)``; F + B comes from the rest of this profile."""
+    from .candidates import Candidate
+    from .model_desc import gpt_family
+    from .profile_data import Profile
+    from .runner import run_candidate
+    from .stage_cost import stage_costs
+
+    cfg = dict(model_config)
+    model = gpt_family(cfg["d_model"], cfg["n_heads"], cfg["d_ff"], cfg["seq_len"], cfg["vocab"], cfg["n_layers"])
+    steps = {}
+    for m in (1, 4):
+        c = Candidate(pp=2, schedule="1F1B", microbatches=m, batch=8)
+        steps[m] = run_candidate(c, cfg, steps=6, timeout=timeout)["measured_step_s"]
+    stages = stage_costs(model, Candidate(pp=2, schedule="1F1B", microbatches=4, batch=8), Profile.from_json(data),
+                         None)
+    compute = max(st.total for st in stages)
+    return max((steps[4] - steps[1]) / 3 - compute, 0.0) / 2
 
 
 __all__ = ["build_profile", "measure_matmuls", "measure_elementwise", "profile_rank"]

@@ -12,7 +12,8 @@ Per op of the stage's layers, at the microbatch a plan gives each rank
 * tensor parallelism per block: without sequence parallelism two all-reduces of the block's
   ``[b, seq, hidden]`` output forward (after o and down) and two backward (the column inputs'
   gradients); with it two all-gathers and two reduce-scatters forward, the same backward; the
-  head gathers the sequence once. Bytes are the reshard planner's for that tensor on a ``tp`` mesh.
+  head gathers the sequence once. Bytes are the reshard planner's for that tensor on a ``tp`` mesh;
+* in a pipeline, the profile's ``pipeline.action_s`` per F and per backward (half to I, half to W).
 
 >>> from .model_desc import gpt_family
 >>> from .candidates import Candidate
@@ -186,7 +187,8 @@ def stage_costs(model: ModelDesc, c: Candidate, profile: Profile, comm: Optional
     inter = comm.inter_node("tp") if comm is not None else False
     out = []
     for index, layers in enumerate(stage_layers(model, c.n_stages)):
-        stage_key = ("stage", c.n_stages, index, c.microbatch_samples, c.tp, c.sp, dist, inter, comm is None)
+        stage_key = ("stage", c.n_stages, index, c.microbatch_samples, c.tp, c.sp, dist, inter, comm is None,
+                     c.pp > 1)
         if stage_key in memo:
             out.append(memo[stage_key])
             continue
@@ -204,6 +206,9 @@ def stage_costs(model: ModelDesc, c: Candidate, profile: Profile, comm: Optional
                 cost.parts[part] = cost.parts.get(part, 0.0) + value
             cost.activation_bytes += one.activation_bytes
             cost.comm_max_bytes = max(cost.comm_max_bytes, one.comm_max_bytes)
+        if c.pp > 1 and profile.pipeline_action_s():
+            a = profile.pipeline_action_s()
+            cost.add("pipeline runtime", a, a / 2, a / 2)
         out.append(cost)
     return out
 

@@ -115,6 +115,19 @@ def test_pipeline_makespan_and_peak_activations_come_from_the_simulator():
     assert r.peak_activation_bytes == (2 * stages[0].activation_bytes, stages[1].activation_bytes)
 
 
+@pytest.mark.parametrize("m", [1, 4])
+def test_pipeline_runtime_overhead_closed_form(m):
+    # compute and communication free, 1 s per pipeline action (F = 1, I = W = 1/2): 1F1B on two
+    # stages takes (m + 1)(F + B) = 2(m + 1); the busiest rank works 2m, the bubble is 2
+    free = {"alpha_s": 0.0, "s_per_byte": 0.0}
+    prof = unit_profile(matmul={"rate_flops_per_s": 1e30}, optimizer={}, pipeline={"action_s": 1.0},
+                        collectives={k: {"any": free} for k in COLLECTIVE_KINDS})
+    p = predict(TINY, Candidate(pp=2, schedule="1F1B", microbatches=m, batch=4), prof)
+    assert p.parts["pipeline runtime"] == pytest.approx(2 * m)
+    assert p.parts["pipeline bubble"] == pytest.approx(2)
+    assert p.step_s == pytest.approx(2 * (m + 1))
+
+
 @pytest.mark.parametrize("name,pp,m", [("1F1B", 4, 8), ("ZBH2", 4, 8), ("ZBV", 2, 4), ("VPP", 2, 4), ("FThenB", 3, 5)])
 def test_live_peaks_equal_the_simulators(name, pp, m):
     sched = generate_schedule(name, pp, m)
