@@ -55,10 +55,9 @@ def default_policies(n_chunks: int = 1) -> Tuple[Policy, ...]:
     one = tuple(Policy(f, d) for f in (1.0, 1.25, 1.5, 1.75, 2.0, 3.0, _INF) for d in (True, False))
     if n_chunks == 1:
         return one
-    return one + tuple(Policy(f, d, False, w) for f in (1.0, 1.5, 2.0, _INF) for d in (True, False)
-                       for w in (True, False)) + \
-        tuple(Policy(_INF, d, rs, w, a) for d in (True, False) for rs in (True, False) for w in (True, False)
-              for a in (1.0, 1.1, 1.2, 1.34, 1.5, 1.75, 2.0))
+    # on the V: the policies that won somewhere on p 2..8, m p..4p, the three V budgets (unit costs)
+    return (Policy(_INF, True, True), Policy(_INF, True, False), Policy(_INF, True, False, True)) + \
+        tuple(Policy(_INF, True, False, w, a) for w in (True, False) for a in (1.0, 1.1, 1.2, 1.34, 1.5))
 
 
 def score(timing: Timing) -> Tuple[float, float]:
