@@ -88,7 +88,7 @@ def _simulate(name: str, pp: int, m: int, v: int, costs: tuple, act: tuple, late
     sched, _ = _schedule(name, pp, m, v)
     r = simulate_schedule(sched, {"F": 0.0, "I": 0.0, "W": 0.0}, comm_latency=latency,
                           activation_bytes=dict(enumerate(act)),
-                          stage_costs={s: {"F": f, "I": i, "W": w} for s, (f, i, w) in enumerate(costs)})
+                          stage_costs={s: {"F": f, "I": i, "W": w, "B": b} for s, (f, i, w, b) in enumerate(costs)})
     return r.makespan, tuple(r.busy), tuple(r.peak_activation_bytes), tuple(r.ranks)
 
 
@@ -173,7 +173,7 @@ def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: in
             _, on_rank = _schedule(c.schedule, c.pp, c.microbatches, c.chunks)
             rank_stages = [on_rank[r] for r in sorted(on_rank)]
             act_peaks = list(live_activation_peaks(c.schedule, c.pp, c.microbatches, c.chunks, act))
-        busy = [c.microbatches * sum(stages[s].total for s in ids) for ids in rank_stages]
+        busy = [c.microbatches * sum(stages[s].least_total for s in ids) for ids in rank_stages]
         busiest = max(range(len(busy)), key=lambda i: busy[i])
         for s in rank_stages[busiest]:
             for name, value in stages[s].parts.items():
@@ -201,7 +201,8 @@ def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: in
     parts["loss sync"] = comm.time("all_reduce", c.world, 4, "world")
     simulated = c.pp == 1 or not lower_bound
     if c.pp > 1 and simulated:
-        costs = tuple((round(s.forward, 12), round(s.backward_input, 12), round(s.backward_weight, 12)) for s in stages)
+        costs = tuple((round(s.forward, 12), round(s.backward_input, 12), round(s.backward_weight, 12),
+                       round(s.full_backward, 12)) for s in stages)
         makespan, sim_busy, _, _ = _simulate(c.schedule, c.pp, c.microbatches, c.chunks, costs, act, latency)
         parts["pipeline bubble"] = makespan - max(sim_busy)
         pipeline = makespan

@@ -13,7 +13,8 @@ Per op of the stage's layers, at the microbatch a plan gives each rank
   ``[b, seq, hidden]`` output forward (after o and down) and two backward (the column inputs'
   gradients); with it two all-gathers and two reduce-scatters forward, the same backward; the
   head gathers the sequence once. Bytes are the reshard planner's for that tensor on a ``tp`` mesh;
-* in a pipeline, the profile's ``pipeline.action_s`` per F and per backward (half to I, half to W).
+* in a pipeline, the profile's ``pipeline.action_s`` per action: F, the full backward B, and each
+  of a split backward's I and W (so splitting the backward costs one action more).
 
 >>> from .model_desc import gpt_family
 >>> from .candidates import Candidate
@@ -117,6 +118,7 @@ class StageCost:
     parts: Dict[str, float] = field(default_factory=dict)
     activation_bytes: float = 0.0
     comm_max_bytes: float = 0.0
+    runtime_s: float = 0.0   # what the pipeline runtime adds per action (F, B, I or W)
 
     def add(self, part: str, f: float = 0.0, i: float = 0.0, w: float = 0.0) -> None:
         self.forward += f
@@ -127,6 +129,16 @@ class StageCost:
     @property
     def total(self) -> float:
         return self.forward + self.backward_input + self.backward_weight
+
+    @property
+    def full_backward(self) -> float:
+        """The backward as one action (B): its compute and one runtime action."""
+        return self.backward_input + self.backward_weight - self.runtime_s
+
+    @property
+    def least_total(self) -> float:
+        """F plus the cheaper of one B or a split I + W: a lower bound of a microbatch's work."""
+        return self.forward + min(self.full_backward, self.backward_input + self.backward_weight)
 
 
 def _layer_cost(cost: StageCost, layer: LayerDesc, c: Candidate, profile: Profile, dist: bool,
@@ -208,7 +220,11 @@ def stage_costs(model: ModelDesc, c: Candidate, profile: Profile, comm: Optional
             cost.comm_max_bytes = max(cost.comm_max_bytes, one.comm_max_bytes)
         if c.pp > 1 and profile.pipeline_action_s():
             a = profile.pipeline_action_s()
+            # F and B are one action each; a split backward is two (I and W), each one action
             cost.add("pipeline runtime", a, a / 2, a / 2)
+            cost.backward_input += a / 2
+            cost.backward_weight += a / 2
+            cost.runtime_s = a
         out.append(cost)
     return out
 

@@ -128,6 +128,17 @@ def test_pipeline_runtime_overhead_closed_form(m):
     assert p.step_s == pytest.approx(2 * (m + 1))
 
 
+def test_a_split_backward_costs_one_runtime_action_more():
+    # compute free, 1 s per action: ZBH1 runs F, I, W per microbatch (3 actions), 1F1B F and B (2)
+    free = {"alpha_s": 0.0, "s_per_byte": 0.0}
+    prof = unit_profile(matmul={"rate_flops_per_s": 1e30}, optimizer={}, pipeline={"action_s": 1.0},
+                        collectives={k: {"any": free} for k in COLLECTIVE_KINDS})
+    zb = predict(TINY, Candidate(pp=2, schedule="ZBH1", microbatches=4, batch=4), prof)
+    one = predict(TINY, Candidate(pp=2, schedule="1F1B", microbatches=4, batch=4), prof)
+    assert one.step_s == pytest.approx(2 * 5)
+    assert zb.step_s >= 3 * 4 and zb.step_s > one.step_s
+
+
 @pytest.mark.parametrize("name,pp,m", [("1F1B", 4, 8), ("ZBH2", 4, 8), ("ZBV", 2, 4), ("VPP", 2, 4), ("FThenB", 3, 5)])
 def test_live_peaks_equal_the_simulators(name, pp, m):
     sched = generate_schedule(name, pp, m)
