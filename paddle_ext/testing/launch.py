@@ -231,15 +231,22 @@ def _wait_for_exits(results_dir: Path, nproc: int, logs: Path, exit_timeout: flo
     while len(codes) < nproc and time.monotonic() < deadline:
         codes = {r: c for r in range(nproc) if (c := _exit_code(results_dir, r)) is not None}
         time.sleep(0.05)
+    # a rank that exits with an error code of its own failed; the launcher then stops its peers
+    # (SIGTERM/SIGKILL, or killed before they could report): those are "stopped", not the cause
+    failed = [r for r, c in codes.items() if c > 0]
     failures = []
     for r in range(nproc):
-        if r not in codes:
+        code = codes.get(r)
+        if failed and r not in failed and code != 0:
+            failures.append(RankFailure(r, "stopped", f"stopped by the launcher after rank {failed[0]} "
+                                        f"failed at exit", _log_tail(logs, r)))
+        elif code is None:
             failures.append(RankFailure(r, "hung at exit", f"returned its result but had not exited "
                                         f"{exit_timeout:.0f} s later (interpreter teardown hangs)",
                                         _log_tail(logs, r)))
-        elif codes[r] != 0:
+        elif code != 0:
             failures.append(RankFailure(r, "failed at exit", f"returned its result, then exited with "
-                                        f"code {codes[r]} during interpreter teardown", _log_tail(logs, r)))
+                                        f"code {code} during interpreter teardown", _log_tail(logs, r)))
     return failures
 
 
