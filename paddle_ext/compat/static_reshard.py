@@ -148,7 +148,8 @@ def _check_shape(name: str, value, src_attr, dst_attr):
             f"{name}: the value has a dynamic shape {shape} (from {format_placements([_layout(src_attr)[0]])} "
             f"to {format_placements([_layout(dst_attr)[0]])} on mesh {list(src_attr.process_mesh.process_ids)}); "
             f"paddle-ext's static functions slice by static chunk sizes, so give the input a static shape "
-            f"(e.g. InputSpec without -1) or call paddle_ext.compat.static_reshard.uninstall_static_reshard() to use Paddle's")
+            f"(e.g. InputSpec without -1) or call "
+            f"paddle_ext.compat.static_reshard.uninstall_static_reshard() to use Paddle's")
     return shape
 
 

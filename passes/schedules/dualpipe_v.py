@@ -6,9 +6,10 @@ rounds (I chunk 1, oldest pending W, F chunk 1); the main part, ``m - 2p + r + 1
 (F chunk 0 with B chunk 1, F chunk 1 with B chunk 0); ``p - 1 - r`` rounds (B chunk 1, F chunk 1
 with B chunk 0); ``r + 1`` rounds of backwards of both chunks, switching from full B to split I
 halfway (parity of ``r`` decides which chunk switches first); ``p - 1 - r`` rounds (W, I chunk 0);
-then the last ``r + 1`` W's. DualPipe overlaps each "F with B" pair on the device; this IR has no
-overlapped action, so the pair is the two actions in a row (the simulator times them one after
-the other, which is DualPipe without its overlap).
+then the last ``r + 1`` W's. DualPipe overlaps each "F with B" pair on the device; the generator
+emits the pair as two actions in a row (timed one after the other, DualPipe without its overlap),
+and :func:`~paddle_ext.passes.overlap.mark_dualpipe_overlaps` marks the pairs DualPipe overlaps
+(``OVERLAP_F_B``), which the simulator then times as one slot (``overlap="max"`` or ``"sum"``).
 
 Constraints: ``n_chunks == 2``; ``n_microbatches >= 2 * n_ranks`` (the number of stages).
 Unit costs per chunk (F = I = W = 1, B = 2), measured: bubble ``p - 1`` time units, flushed or
