@@ -22,6 +22,11 @@ What it checks (docs/architecture.md, "Layers, checked"):
    not inside a baseline group fails.
 4. **Module sizes** in ``paddle_ext/``, ``passes/``, ``spmd_rules/``: a module over 500 lines
    not in the baseline fails, and so does a baseline module that grew.
+4.5 **Function-level imports** per module (an ``import`` inside a ``def``): they hide the import
+   graph from readers and from checks 1 and 3. Not counted: the faces (``FACES``: the package
+   ``__init__``/``__main__``, ``cli/``, ``demo/``, and ``testing/`` which runs in rank processes),
+   where a lazy import keeps start-up cheap, and imports of the optional packages in ``OPTIONAL``.
+   More than the baseline in a file fails.
 """
 from __future__ import annotations
 
@@ -47,6 +52,18 @@ LAYOUT = {"paddle_ext": "paddle_ext", "passes": "paddle_ext/passes", "spmd_rules
 INTERNAL = re.compile(r"paddle\s*\.\s*base\b|\b_C_ops\b|\blibpaddle\b|paddle\s*\.\s*framework\b"
                       r"|auto_parallel\s*\.\s*static\b|paddle\s*\.\s*distributed\s*\.\s*passes\b")
 _MARK = "@@check_layers_json@@"
+# check 4.5: where a function-level import is a face's lazy import, not a hidden edge
+FACES = ("paddle_ext/__init__.py", "paddle_ext/__main__.py", "paddle_ext/cli/", "paddle_ext/demo/",
+         "paddle_ext/testing/")
+# optional third-party packages (not install requirements): importing them at a module's top would
+# make the module fail to import without them, so they stay inside the function that needs them
+OPTIONAL = {
+    "matplotlib": "the 'plot' extra (figures only)",
+    "paddlenlp": "the 'models' extra (real-model tests and `compat --models`)",
+    "hypothesis": "the 'test' extra",
+    "scipy": "not a requirement at all (used when present)",
+    "grimp": "the 'test' extra (import-linter)", "importlinter": "the 'test' extra",
+}
 
 
 @dataclass
@@ -117,6 +134,40 @@ def internal_references(root: Path) -> dict[str, list[tuple[int, str]]]:
                 for m in [INTERNAL.search(line)] if m]
         if hits:
             found[rel] = hits
+    return found
+
+
+def _imported_roots(node: ast.AST) -> set[str]:
+    """Top-level package names an Import/ImportFrom names ("" for a relative import)."""
+    if isinstance(node, ast.Import):
+        return {a.name.split(".")[0] for a in node.names}
+    return {"" if node.level else (node.module or "").split(".")[0]}
+
+
+def function_imports(root: Path) -> dict[str, list[tuple[int, str]]]:
+    """{file: [(line, first imported name)]} of imports inside a function, outside the faces, not
+    of an ``OPTIONAL`` package."""
+    found = {}
+    for rel, path in sources(root):
+        if rel in FACES or rel.startswith(tuple(f for f in FACES if f.endswith("/"))):
+            continue
+        hits = []
+        for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            # a def's own imports only: nested defs are visited on their own
+            todo = list(fn.body)
+            while todo:
+                n = todo.pop()
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    continue
+                if isinstance(n, (ast.Import, ast.ImportFrom)):
+                    if not _imported_roots(n) <= set(OPTIONAL):
+                        name = n.names[0].name if isinstance(n, ast.Import) else "." * n.level + (n.module or "")
+                        hits.append((n.lineno, name))
+                todo.extend(ast.iter_child_nodes(n))
+        if hits:
+            found[rel] = sorted(hits)
     return found
 
 
@@ -243,6 +294,7 @@ def check(root: Path = ROOT, config: Path | None = None, baseline: dict | None =
         _check_cycles(graph["cycles"], base.get("cycles", []), rep, stage_dir)
     _check_internal(internal_references(root), base.get("internal_references", {}), rep)
     _check_sizes(module_sizes(root), base.get("large_modules", {}), rep)
+    _check_function_imports(function_imports(root), base.get("function_imports", {}), rep)
     return rep
 
 
@@ -303,6 +355,21 @@ def _check_sizes(sizes: dict, base: dict, rep: Report) -> None:
                              f"run --shrink-baseline")
 
 
+def _check_function_imports(found: dict, base: dict, rep: Report) -> None:
+    rep.figures["function_imports"] = {f: len(h) for f, h in found.items()}
+    for rel, hits in sorted(found.items()):
+        allowed = base.get(rel, 0)
+        if len(hits) > allowed:
+            where = ", ".join(f"line {n} {name}" for n, name in hits[:6]) + (" ..." if len(hits) > 6 else "")
+            rep.failures.append(f"{rel} has {len(hits)} function-level imports (baseline {allowed}): {where} "
+                                f"-- import at the module top; a cycle is broken by moving the shared part "
+                                f"to a lower module, an optional package goes in check_layers.OPTIONAL")
+    for rel, allowed in sorted(base.items()):
+        if len(found.get(rel, ())) < allowed:
+            rep.stale.append(f"{rel}: {len(found.get(rel, ()))} function-level imports, baseline {allowed}: "
+                             f"run --shrink-baseline")
+
+
 def shrink_baseline(rep: Report, path: Path = BASELINE) -> dict:
     """Lower the baseline to today's figures; never adds an entry or raises a number."""
     old = load_baseline(path)
@@ -310,6 +377,9 @@ def shrink_baseline(rep: Report, path: Path = BASELINE) -> dict:
     refs, sizes = rep.figures["internal_references"], rep.figures["large_modules"]
     new["internal_references"] = {f: min(n, refs[f]) for f, n in old["internal_references"].items() if refs.get(f)}
     new["large_modules"] = {f: min(n, sizes[f]) for f, n in old["large_modules"].items() if f in sizes}
+    funcs = rep.figures["function_imports"]
+    new["function_imports"] = {f: min(n, funcs[f]) for f, n in old.get("function_imports", {}).items()
+                               if funcs.get(f)}
     new["cycles"] = [sorted(set(b) & set(c)) for b in old["cycles"] for c in rep.figures["cycles"]
                      if len(set(b) & set(c)) > 1 and set(c) <= set(b)]
     path.write_text(json.dumps(new, indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -328,6 +398,9 @@ def format_figures(rep: Report) -> str:
     lines += [f"         {' <-> '.join(c)}" for c in f["cycles"]]
     lines.append(f"  modules over {MAX_LINES} lines: {len(f['large_modules'])}")
     lines += [f"    {n:4d}  {rel}" for rel, n in sorted(f["large_modules"].items())]
+    funcs = f["function_imports"]
+    lines.append(f"  function-level imports outside the faces: {sum(funcs.values())} in {len(funcs)} files")
+    lines += [f"    {n:3d}  {rel}" for rel, n in sorted(funcs.items())]
     return "\n".join(lines)
 
 

@@ -29,7 +29,7 @@ def test_layers_hold_today():
     rep = check_layers.check()
     assert rep.failures == [] and rep.stale == [], rep.lint_output + "\n" + "\n".join(rep.failures + rep.stale)
     figures = rep.figures
-    assert set(figures) == {"contracts", "internal_references", "cycles", "large_modules"}
+    assert set(figures) == {"contracts", "internal_references", "cycles", "large_modules", "function_imports"}
     assert all(n >= 0 for n in figures["contracts"].values()) and len(figures["contracts"]) >= 5
 
 
@@ -95,3 +95,32 @@ def test_fixed_violation_must_leave_the_baseline(tmp_path):
     assert any("No matches for ignored import paddle_ext.spmd.compare -> paddle_ext.compat.spmd" in f
                and "delete its ignore_imports entry" in f for f in rep.failures), rep.failures
     assert any("paddle_ext/reshard/dygraph.py: 0 Paddle-internal lines, baseline 1" in s for s in rep.stale)
+
+
+def test_new_function_level_import_is_reported(tmp_path):
+    root = _copy_tree(tmp_path)
+    # counted: a stdlib import inside a def of a non-face module (errors.py has none in the baseline)
+    _append(root / "paddle_ext" / "errors.py", "\n\ndef _f():\n    import json\n    return json\n")
+    # not counted: an optional package, a face (cli/), and the testing harness
+    _append(root / "paddle_ext" / "placements.py", "\n\ndef _g():\n    import matplotlib\n    return matplotlib\n")
+    _append(root / "paddle_ext" / "cli" / "main.py", "\n\ndef _h():\n    import json\n    return json\n")
+    found = check_layers.function_imports(root)
+    assert found["paddle_ext/errors.py"] == [(len((root / "paddle_ext" / "errors.py").read_text().splitlines()) - 1,
+                                              "json")]
+    assert "paddle_ext/placements.py" not in found
+    assert not any(f.startswith(("paddle_ext/cli/", "paddle_ext/testing/")) for f in found)
+    rep = check_layers.check(root, config=ROOT / "pyproject.toml")
+    assert not rep.ok
+    assert any(f.startswith("paddle_ext/errors.py has 1 function-level imports (baseline 0): line ")
+               and "json -- import at the module top" in f for f in rep.failures), rep.failures
+    assert not any("placements.py" in f or "cli/main.py" in f for f in rep.failures), rep.failures
+
+
+def test_function_import_figures_only_shrink(tmp_path):
+    baseline = tmp_path / "baseline.json"
+    old = {**check_layers.load_baseline(), "function_imports": {"a.py": 3, "b.py": 2}}
+    baseline.write_text(check_layers.json.dumps(old), encoding="utf-8")
+    rep = check_layers.Report(figures={"internal_references": {}, "large_modules": {}, "cycles": [],
+                                       "function_imports": {"a.py": 1, "b.py": 5, "c.py": 4}})
+    new = check_layers.shrink_baseline(rep, baseline)
+    assert new["function_imports"] == {"a.py": 1, "b.py": 2}   # lowered, never raised, never added
