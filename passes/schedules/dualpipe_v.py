@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from ..schedule_ir import Schedule
 from ._checks import SizeRule
+from ._registry import register_schedule
 from ._phases import expand_phases
 from ..stage_placement import stages_on_rank
 
@@ -44,6 +45,8 @@ def _backward_round(rank: int) -> str:
     return " ".join(tokens)
 
 
+@register_schedule(name=NAME, placement="v", default_chunks=2, sizes=SIZES, order=80,
+                   aliases=(), summary="DeepSeek's DualPipeV order (F&B pairs run in sequence)")
 def dualpipe_v(n_ranks: int, n_microbatches: int, n_chunks: int = 2) -> Schedule:
     """DualPipeV order on ``n_ranks`` ranks (``2 * n_ranks`` stages in a V)."""
     SIZES.check(NAME, n_ranks, n_microbatches, n_chunks)

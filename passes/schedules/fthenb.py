@@ -14,12 +14,15 @@ from __future__ import annotations
 
 from ..schedule_ir import Schedule
 from ._checks import SizeRule
+from ._registry import register_schedule
 from ._phases import expand_phases
 
 NAME = "FThenB"
 SIZES = SizeRule(chunks=1, chunks_why="each rank holds one stage (LoopedBFS is FThenB with several)")
 
 
+@register_schedule(name=NAME, placement="loop", default_chunks=1, sizes=SIZES, order=10,
+                   aliases=("GPipe",), summary="all forwards, then all backwards")
 def fthenb(n_ranks: int, n_microbatches: int, n_chunks: int = 1) -> Schedule:
     """GPipe order on ``n_ranks`` ranks: ``F`` of every microbatch, then ``B`` of every microbatch."""
     SIZES.check(NAME, n_ranks, n_microbatches, n_chunks)

@@ -28,6 +28,7 @@ from typing import List
 
 from ..schedule_ir import Action, Kind, Schedule
 from ._checks import SizeRule
+from ._registry import register_schedule
 
 NAME = "VPP"
 SIZES = SizeRule()  # any n_chunks, any n_microbatches: rounds absorb m % p
@@ -74,6 +75,8 @@ def interleaved_order(n_ranks: int, n_microbatches: int, n_chunks: int, rank: in
     return forwards[:warmup] + steady + backwards[n_work - warmup:]
 
 
+@register_schedule(name=NAME, placement="loop", default_chunks=2, sizes=SIZES, order=30,
+                   aliases=("Interleaved1F1B",), summary="1F1B over v interleaved chunks")
 def interleaved_1f1b(n_ranks: int, n_microbatches: int, n_chunks: int = 2) -> Schedule:
     """Interleaved 1F1B on ``n_ranks`` ranks with ``n_chunks`` stages each (``p * v`` stages)."""
     SIZES.check(NAME, n_ranks, n_microbatches, n_chunks)

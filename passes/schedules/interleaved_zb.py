@@ -18,12 +18,15 @@ from collections import deque
 
 from ..schedule_ir import Action, Kind, Schedule
 from ._checks import SizeRule
+from ._registry import register_schedule
 from .interleaved_1f1b import interleaved_order
 
 NAME = "InterleavedZB"
 SIZES = SizeRule()  # any n_chunks, any n_microbatches, as VPP
 
 
+@register_schedule(name=NAME, placement="loop", default_chunks=2, sizes=SIZES, order=90,
+                   aliases=("InterleavedZeroBubble",), summary="interleaved 1F1B with split backward, W deferred")
 def interleaved_zb(n_ranks: int, n_microbatches: int, n_chunks: int = 2) -> Schedule:
     """Interleaved zero-bubble order on ``n_ranks`` ranks with ``n_chunks`` stages each."""
     SIZES.check(NAME, n_ranks, n_microbatches, n_chunks)

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 from ..schedule_ir import Action, Kind, Schedule
 from ._checks import SizeRule
+from ._registry import register_schedule
 
 NAME = "LoopedBFS"
 SIZES = SizeRule()  # any n_chunks, any n_microbatches
 
 
+@register_schedule(name=NAME, placement="loop", default_chunks=2, sizes=SIZES, order=40,
+                   aliases=(), summary="breadth-first over v looped chunks")
 def looped_bfs(n_ranks: int, n_microbatches: int, n_chunks: int = 2) -> Schedule:
     """Breadth-first order on ``n_ranks`` ranks with ``n_chunks`` stages each."""
     SIZES.check(NAME, n_ranks, n_microbatches, n_chunks)

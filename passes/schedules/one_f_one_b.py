@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from ..schedule_ir import Schedule
 from ._checks import SizeRule
+from ._registry import register_schedule
 from ._phases import expand_phases
 
 NAME = "1F1B"
 SIZES = SizeRule(chunks=1, chunks_why="each rank holds one stage (VPP is 1F1B with several)")
 
 
+@register_schedule(name=NAME, placement="loop", default_chunks=1, sizes=SIZES, order=20,
+                   aliases=(), summary="warm-up forwards, then one forward one backward")
 def one_f_one_b(n_ranks: int, n_microbatches: int, n_chunks: int = 1) -> Schedule:
     """1F1B order on ``n_ranks`` ranks, one stage each."""
     SIZES.check(NAME, n_ranks, n_microbatches, n_chunks)

@@ -39,6 +39,7 @@ from paddle_ext.errors import ScheduleError
 from ..schedule_ir import Action, Kind, Schedule
 from ..stage_placement import stage_to_rank_map
 from ._checks import SizeRule
+from ._registry import register_schedule
 from .zb_auto import check_memory_limit
 from .zb_auto_model import Problem, evaluate, from_schedule, peak_memory
 from .zb_auto_search import heuristic_orders, score
@@ -85,16 +86,22 @@ def _named(name: str, n_ranks: int, n_microbatches: int, n_chunks: int) -> Sched
     return v_memory_schedule(n_ranks, n_microbatches, memory_budget(name, n_ranks), name)
 
 
+@register_schedule(name="VMin", placement="v", default_chunks=2, sizes=SIZES, order=110,
+                   aliases=("V-Min",), summary="V shape, peak min(p, (p+4)//3) microbatches (about 1/3 of 1F1B)")
 def v_min(n_ranks: int, n_microbatches: int, n_chunks: int = 2) -> Schedule:
     """V-Min: about 1/3 of 1F1B's activation memory."""
     return _named("VMin", n_ranks, n_microbatches, n_chunks)
 
 
+@register_schedule(name="VHalf", placement="v", default_chunks=2, sizes=SIZES, order=120,
+                   aliases=("V-Half",), summary="V shape, peak min(p, (p+2)//2) microbatches (about 1/2 of 1F1B)")
 def v_half(n_ranks: int, n_microbatches: int, n_chunks: int = 2) -> Schedule:
     """V-Half: about 1/2 of 1F1B's activation memory."""
     return _named("VHalf", n_ranks, n_microbatches, n_chunks)
 
 
+@register_schedule(name="VZB", placement="v", default_chunks=2, sizes=SIZES, order=130,
+                   aliases=("V-ZB",), summary="V shape, zero bubble, peak p microbatches (1F1B's)")
 def v_zb(n_ranks: int, n_microbatches: int, n_chunks: int = 2) -> Schedule:
     """V-ZB: 1F1B's activation memory, zero bubble once ``m >= 2p - 1`` (as ZBV)."""
     return _named("VZB", n_ranks, n_microbatches, n_chunks)

@@ -41,6 +41,7 @@ from typing import Dict, Optional, Sequence, Tuple
 from paddle_ext.errors import ScheduleError
 from ..schedule_ir import Schedule
 from ._checks import SizeRule
+from ._registry import register_schedule
 from .fthenb import fthenb
 from .one_f_one_b import one_f_one_b
 from .zb_auto_model import Problem, from_schedule, peak_memory, to_schedule
@@ -146,6 +147,9 @@ def _time_fixed(schedule: Schedule, pb: Problem):
     return (round(result.makespan, 9), round(max(result.spans), 9)), result.peak_activations
 
 
+@register_schedule(name=NAME, placement="loop", default_chunks=1, sizes=SIZES, order=100,
+                   aliases=("ZB-Auto",),
+                   summary="searched under a memory limit (by name: costs 1,1,1, limit ceil(1.5p) microbatches)")
 def zb_auto(n_ranks: int, n_microbatches: int, n_chunks: int = 1, *, costs: Sequence[float] = DEFAULT_COSTS,
             memory_limit: Optional[int] = None, latency: float = 0.0) -> Schedule:
     """The schedule :func:`search_zb_auto` chooses (the generator registered as ``ZBAuto``); the

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 from ..schedule_ir import Schedule
 from ._checks import SizeRule
+from ._registry import register_schedule
 from ._phases import expand_phases, split_backward_phases
 
 NAME = "ZBH2"
 SIZES = SizeRule(chunks=1, chunks_why="ZB-H2 places one stage per rank (ZBV uses two)")
 
 
+@register_schedule(name=NAME, placement="loop", default_chunks=1, sizes=SIZES, order=60,
+                   aliases=(), summary="split backward, more warm-up, 2x 1F1B memory")
 def zb_h2(n_ranks: int, n_microbatches: int, n_chunks: int = 1) -> Schedule:
     """ZB-H2 order on ``n_ranks`` ranks, one stage each."""
     SIZES.check(NAME, n_ranks, n_microbatches, n_chunks)

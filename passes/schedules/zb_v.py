@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from ..schedule_ir import Schedule
 from ._checks import SizeRule
+from ._registry import register_schedule
 from ._phases import expand_phases
 from ..stage_placement import stages_on_rank
 
@@ -28,6 +29,8 @@ NAME = "ZBV"
 SIZES = SizeRule(chunks=2, chunks_why="a V shape puts exactly 2 stages on each rank")
 
 
+@register_schedule(name=NAME, placement="v", default_chunks=2, sizes=SIZES, order=70,
+                   aliases=("ZBVZeroBubble",), summary="zero bubble on a V placement, 1F1B memory")
 def zb_v(n_ranks: int, n_microbatches: int, n_chunks: int = 2) -> Schedule:
     """ZB-V order on ``n_ranks`` ranks (``2 * n_ranks`` stages in a V)."""
     SIZES.check(NAME, n_ranks, n_microbatches, n_chunks)
