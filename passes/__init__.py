@@ -12,7 +12,6 @@
 * :mod:`.static` -- the schedules as Paddle's static ``pipeline_scheduler_<NAME>`` passes.
 """
 from .lowering import add_send_recv
-from .runtime import get_schedule  # the Paddle-runtime classes by name (imports Paddle when called)
 from .render import chrome_trace, draw_timeline, format_timeline, write_chrome_trace
 from .schedule_ir import (COMM_KINDS, COMPUTE_KINDS, Action, Kind, Schedule, compute_only,
                           dump_csv, format_grid, format_schedule, load_csv, parse_action,
@@ -23,6 +22,17 @@ from .simulate import Costs, SimulationResult, simulate_schedule
 from .stage_placement import (loop_stage_to_rank, stage_to_rank, stage_to_rank_map,
                               stages_on_rank, v_stage_to_rank)
 from .validate import ScheduleShape, validate_schedule
+
+
+def __getattr__(name: str):
+    """``get_schedule`` (the Paddle-runtime classes by name) loads :mod:`.runtime`, which imports
+    Paddle, on first use (PEP 562): ``import paddle_ext.passes`` stays Paddle-free."""
+    if name == "get_schedule":
+        from .runtime import get_schedule
+
+        return get_schedule
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "get_schedule", "Action", "Kind", "Schedule", "COMPUTE_KINDS", "COMM_KINDS", "parse_action", "compute_only", "format_grid",

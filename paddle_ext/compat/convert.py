@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
+import numpy as np
+
 from ..errors import ConversionError
 from ..placements import (DistSpec, Partial, Placement, Replicate, Shard, format_placements,
                           parse_placements)
@@ -144,6 +146,7 @@ def to_dist_attr(mesh, placements: str | Sequence, ndim: int):
     TensorDistAttr can only mark partial dims as SUM (``_set_partial_dims``).
     """
     paddle = require_paddle("TensorDistAttr conversion")
+    # stays here: `import paddle_ext` loads this module and imports no Paddle
     from paddle.distributed.auto_parallel.static.dist_attribute import TensorDistAttr
 
     pls = parse_placements(placements)
@@ -152,7 +155,6 @@ def to_dist_attr(mesh, placements: str | Sequence, ndim: int):
     if isinstance(mesh, paddle.distributed.ProcessMesh):
         attr.process_mesh = mesh
     else:  # a mesh shape: ranks 0..n-1 in row-major order, keeping every mesh dim
-        import numpy as np
 
         attr.process_mesh = paddle.distributed.ProcessMesh(
             np.arange(spec.world_size).reshape(spec.mesh_shape).tolist())

@@ -25,6 +25,13 @@ import os
 import subprocess
 import sys
 
+import fcntl
+import hashlib
+import shutil
+import sysconfig
+import tempfile
+import paddle
+
 from ..errors import CompatError
 
 logger = logging.getLogger("paddle_ext.compat")
@@ -68,9 +75,6 @@ def build_key(source: str) -> str:
     CUDA version -- "False" on a CPU wheel -- and install path, whose headers and libpaddle it was
     built against) and the Python ABI. Two wheels of one version (a CPU and a CUDA build, or two
     virtualenvs sharing ``$PADDLE_EXT_CACHE``) never share a library."""
-    import sysconfig
-
-    import paddle
 
     version = getattr(paddle, "version", None)
     cuda = str(version.cuda()) if version is not None and hasattr(version, "cuda") else "?"
@@ -82,9 +86,6 @@ def build_key(source: str) -> str:
 
 def build_dir(kind: str, source: str) -> str:
     """``<cache>/<kind>-<paddle version>-<hash of source and the wheel>`` (:func:`build_key`)."""
-    import hashlib
-
-    import paddle
 
     digest = hashlib.sha1(build_key(source).encode()).hexdigest()[:12]
     return os.path.join(cache_root(), f"{kind}-{paddle.__version__}-{digest}")
@@ -108,9 +109,7 @@ def is_built(kind: str) -> bool:
 def build_here(kind: str) -> None:
     """The builder: compile ``kind`` under the directory lock into a temporary directory, then
     rename the library into place. Does nothing when the library exists."""
-    import shutil
-    import tempfile
-
+    # stays here: importing paddle.utils.cpp_extension warns (no ccache) on every import of this module
     from paddle.utils.cpp_extension import load
 
     name, source, what = piece(kind)
@@ -173,6 +172,7 @@ def build_and_load(kind: str):
     """The loaded module of piece ``kind`` (its pybind functions and custom ops), building it
     first when needed (in a builder process, waited for). A cached library that does not load
     is removed and built once more. Raises :class:`CompatError` saying what is needed."""
+    # stays here: importing paddle.utils.cpp_extension warns (no ccache) on every import of this module
     from paddle.utils.cpp_extension.extension_utils import _import_module_from_library
 
     name, _, what = piece(kind)
@@ -200,7 +200,6 @@ def build_and_load(kind: str):
 @contextlib.contextmanager
 def file_lock(path: str):
     """An exclusive ``flock`` on the file ``path`` (created if absent) for the ``with`` block."""
-    import fcntl
 
     with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)

@@ -19,6 +19,12 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from paddle.distributed.auto_parallel.api import dtensor_from_local
+from paddle.distributed.auto_parallel.api import dtensor_to_local
+from paddle.jit.dy2static import convert_call_func as ccf
+
+import numpy as np
+
 from ..errors import ConversionError
 from ..placements import PLACEMENT_TYPES, DistSpec
 from . import fast_key
@@ -90,8 +96,6 @@ def python_mesh(mesh):
     key = (shape, ids, names)
     got = _MESHES.get(key)
     if got is None:
-        import numpy as np
-
         got = dist.ProcessMesh(np.array(ids).reshape(shape).tolist(), dim_names=list(names))
         _MESHES[key] = got
     return got
@@ -150,7 +154,6 @@ def make_dist(local, mesh, placements, global_shape: Sequence[int]):
 def replicate_dense(t, mesh):
     """A dense tensor used next to DistTensors is taken as replicated (Paddle's own convention);
     differentiable, through Paddle's ``dtensor_from_local``."""
-    from paddle.distributed.auto_parallel.api import dtensor_from_local
 
     dist = _paddle().distributed
     return dtensor_from_local(t, mesh, [dist.Replicate() for _ in mesh.shape])
@@ -162,7 +165,6 @@ def _is_ext(p) -> bool:
 
 def static_to_local(value, mesh, grad_placements):
     """PIR: the local value of ``value``; its gradient will carry ``grad_placements``."""
-    from paddle.distributed.auto_parallel.api import dtensor_to_local
 
     return dtensor_to_local(value, mesh, to_paddle_placements(grad_placements))
 
@@ -174,7 +176,6 @@ def static_from_local(local, mesh, placements, global_shape: Sequence[int]):
     shape the value's type is rebuilt with the true global dims (same local shape).
     """
     paddle = _paddle()
-    from paddle.distributed.auto_parallel.api import dtensor_from_local
 
     out = dtensor_from_local(local, mesh, to_paddle_placements(placements))
     if tuple(int(s) for s in out.shape) != tuple(global_shape):
@@ -236,7 +237,6 @@ def ignore_in_dy2static() -> None:
     dy2static skips functions by the file path of the modules it is given; the package that
     holds this module is already imported (it is our parent), so it is taken from
     ``sys.modules`` for its path rather than imported from below."""
-    from paddle.jit.dy2static import convert_call_func as ccf
 
     ccf.add_ignore_module([sys.modules[__name__.split(".")[0]]])
 

@@ -27,6 +27,10 @@ import logging
 import os
 import threading
 
+from ..errors import CompatError
+from . import cpp_build  # module attributes, looked up per call (tests replace build_and_load)
+from .version import paddle_version, version_status
+
 logger = logging.getLogger("paddle_ext.dispatch")
 
 KEY: list = [None]        # the compiled ``fast_key`` once loaded; the dispatcher reads KEY[0] per call
@@ -41,9 +45,8 @@ def status() -> str:
 
 
 def is_built() -> bool:
-    from .cpp_build import is_built as built
 
-    return built("fast_key")
+    return cpp_build.is_built("fast_key")
 
 
 def start(wait: bool = False) -> str:
@@ -75,7 +78,6 @@ def start(wait: bool = False) -> str:
 
 def _known_paddle() -> bool:
     """The key reads DistTensor's C++ layout: only on the Paddle versions :mod:`.version` names."""
-    from .version import paddle_version, version_status
 
     known, why = version_status(paddle_version())
     if not known:
@@ -89,11 +91,9 @@ def _unavailable(why) -> None:
 
 
 def _build_then_load() -> None:
-    from ..errors import CompatError
-    from .cpp_build import start_build, wait_build
 
     try:
-        wait_build("fast_key", *start_build("fast_key"))
+        cpp_build.wait_build("fast_key", *cpp_build.start_build("fast_key"))
     except OSError as exc:
         _unavailable(f"cannot start its build ({exc}); set PADDLE_EXT_CACHE to a writable directory")
         return
@@ -104,11 +104,9 @@ def _build_then_load() -> None:
 
 
 def _load() -> None:
-    from ..errors import CompatError
-    from .cpp_build import build_and_load
 
     try:
-        module = build_and_load("fast_key")
+        module = cpp_build.build_and_load("fast_key")
     except CompatError as exc:
         _unavailable(exc)
         return
@@ -128,6 +126,4 @@ def use(compiled: bool) -> None:
     start(wait=True)
     KEY[0] = _STATE.get("fn")
     if KEY[0] is None:
-        from ..errors import CompatError
-
         raise CompatError(f"paddle-ext's compiled dispatch key is not available: {status()}")

@@ -34,7 +34,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .gloo_groups import _gloo_group_store_apply, _has_gloo_groups
+import numpy as np
+
+from .backend import GLOO, backend_of
+from .gloo_groups import _gloo_group_store_apply, _has_gloo_groups, group_store
 from .version import require_paddle
 
 
@@ -68,6 +71,7 @@ class Fix:
 # -- numpy >= 2.4: ProcessMesh.get_rank_by_dim_and_process_id ------------------------------
 def _mesh_rank_needed() -> bool:
     require_paddle("fix numpy-mesh-rank")
+    # stays here: `import paddle_ext` loads this module and imports no Paddle
     import paddle.distributed as dist
 
     mesh = dist.ProcessMesh([0, 1], dim_names=["x"])
@@ -79,7 +83,7 @@ def _mesh_rank_needed() -> bool:
 
 
 def _mesh_rank_apply():
-    import numpy as np
+    # stays here: `import paddle_ext` loads this module and imports no Paddle
     from paddle.distributed.auto_parallel.process_mesh import ProcessMesh
 
     original = ProcessMesh.get_rank_by_dim_and_process_id
@@ -109,7 +113,6 @@ def _cpu_only() -> bool:
     ``paddle.distributed.get_backend`` (compat.backend), is GLOO; before ``init_parallel_env``
     (no group to ask), when this process runs on the CPU. Asked when a fix is applied and again
     by every patched function when it is called, which hands any other backend to Paddle's original."""
-    from .backend import GLOO, backend_of
 
     paddle = require_paddle("static Engine on CPU")
     backend = backend_of(None)
@@ -119,6 +122,7 @@ def _cpu_only() -> bool:
 
 
 def _groups_apply():
+    # stays here: `import paddle_ext` loads this module and imports no Paddle
     import paddle
     from paddle.base import core
     from paddle.distributed.auto_parallel.static import process_group as pg
@@ -144,8 +148,6 @@ def _groups_apply():
             # id alone let both groups write and read the same keys ("28/0", "28/1"): peers of
             # one group dialled the other's addresses ("Connection refused", or a hang). Each
             # ring meets on a store of its own, named by the id and its members.
-            from .gloo_groups import group_store
-
             members = "-".join(str(r) for r in sorted(self.ranks))
             store = group_store(core.create_or_get_global_tcp_store(), self.id, f"static-ring-{members}",
                                 self.local_rank(rank), self.nranks)
@@ -157,6 +159,7 @@ def _groups_apply():
 
 
 def _barrier_apply():
+    # stays here: `import paddle_ext` loads this module and imports no Paddle
     import paddle
 
     legacy = paddle._legacy_C_ops
@@ -174,6 +177,7 @@ def _barrier_apply():
 
 
 def _checkpoint_apply():
+    # stays here: `import paddle_ext` loads this module and imports no Paddle
     import paddle
     import paddle.distributed as dist
     from paddle.distributed.flex_checkpoint.dcp import load_state_dict as dcp_load

@@ -18,6 +18,9 @@ Applied by ``paddle_ext.install()`` (see docs/static_engine.md, "Gloo groups at 
 """
 from __future__ import annotations
 
+import os
+import socket
+
 from ..errors import CompatError
 from .version import require_paddle
 
@@ -30,9 +33,7 @@ def group_store(store, group_id: int, group_name: str, rank: int, size: int):
 
     Rank 0 starts the server on a free port and publishes ``host:port`` in ``store`` under a key
     naming the group; the other members connect to it. No key a previous group wrote can be read."""
-    import os
-    import socket
-
+    # stays here: `import paddle_ext` loads this module and imports no Paddle
     from paddle.base import core
 
     key = f"paddle_ext/gloo_group_store/{group_name}/{int(group_id)}/{int(size)}"
@@ -67,6 +68,7 @@ def group_store(store, group_id: int, group_name: str, rank: int, size: int):
 
 
 def _gloo_group_store_apply():
+    # stays here: `import paddle_ext` loads this module and imports no Paddle
     from paddle.distributed import collective
 
     original = collective._new_process_group_impl
@@ -84,6 +86,7 @@ def _gloo_group_store_apply():
 
 def _has_gloo_groups() -> bool:
     require_paddle("gloo process groups")
+    # stays here: `import paddle_ext` loads this module and imports no Paddle
     from paddle.base import core
 
     return hasattr(core, "ProcessGroupGloo")

@@ -12,6 +12,7 @@ the same write costs 4.8 ms. :func:`fresh` does that for CPU buffers of at least
 """
 from __future__ import annotations
 
+import ctypes
 import os
 
 MIN_BYTES = 4 << 20        # smaller buffers: at most one huge page would fit, not worth a syscall
@@ -37,8 +38,6 @@ def _madvise():
         _STATE["fn"] = None
         if os.environ.get("PADDLE_EXT_HUGE_PAGES", "1") != "0" and huge_pages_mode() == "madvise":
             try:
-                import ctypes
-
                 libc = ctypes.CDLL(None, use_errno=True)
                 fn = libc.madvise
                 fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import difflib
 
+from paddle.distributed.passes.pass_base import PassBase
+from paddle.distributed.passes.pass_base import register_pass
+from paddle.distributed.passes.pipeline_scheduler_pass.pipeline_pass_base import PipelinePassBase
+import paddle.distributed.passes  # noqa: F401 - registers Paddle's passes
+
 from ..errors import ScheduleError
 from .version import require_paddle
 
@@ -22,7 +27,6 @@ def pipeline_pass_base():
     """Paddle's ``PipelinePassBase`` (subclass it and implement ``_create_job_list`` and
     ``_partial_pir_programs``)."""
     require_paddle("static pipeline passes")
-    from paddle.distributed.passes.pipeline_scheduler_pass.pipeline_pass_base import PipelinePassBase
 
     return PipelinePassBase
 
@@ -30,7 +34,6 @@ def pipeline_pass_base():
 def register_pipeline_pass(name: str, cls) -> None:
     """Register ``cls`` as ``pipeline_scheduler_<name>`` (overwrites a broken Paddle pass)."""
     require_paddle("static pipeline passes")
-    from paddle.distributed.passes.pass_base import register_pass
 
     register_pass(PASS_PREFIX + name)(cls)
 
@@ -38,8 +41,6 @@ def register_pipeline_pass(name: str, cls) -> None:
 def registered_pipeline_passes() -> dict:
     """``{name: pass class}`` of every registered ``pipeline_scheduler_<name>`` (Paddle's and paddle-ext's)."""
     require_paddle("static pipeline passes")
-    import paddle.distributed.passes  # noqa: F401 - registers Paddle's passes
-    from paddle.distributed.passes.pass_base import PassBase
 
     return {name[len(PASS_PREFIX):]: cls for name, cls in PassBase._REGISTERED_PASSES.items()
             if name.startswith(PASS_PREFIX)}

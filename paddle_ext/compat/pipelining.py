@@ -18,6 +18,10 @@ Nothing is patched: the runtime needs no change to Paddle.
 """
 from __future__ import annotations
 
+import time
+
+from paddle.distributed import fleet
+
 from .registries import PIPELINING_STAGE_MODULE, _attr, _import
 from .version import require_paddle
 
@@ -66,7 +70,6 @@ def from_local(local, mesh, placements):
 def global_mesh():
     """The mesh given to ``dist.auto_parallel.set_mesh`` (or None)."""
     require_paddle(FEATURE)
-    from paddle.distributed import fleet
 
     return fleet.auto.get_mesh()
 
@@ -91,7 +94,6 @@ def action_clock(on_device: bool | None = None):
     >>> action_clock(on_device=False) is time.perf_counter
     True
     """
-    import time
 
     if on_device is None:
         paddle = require_paddle("pipeline profiling")

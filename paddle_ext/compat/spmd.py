@@ -60,6 +60,7 @@ def dist_attr(spec: DistSpec, mesh=None):
 def dist_tensor_spec(spec: DistSpec, mesh=None):
     """A Paddle ``DistTensorSpec`` for a :class:`DistSpec`."""
     require_paddle("DistTensorSpec")
+    # stays here: `import paddle_ext` loads this module and imports no Paddle
     from paddle.distributed.auto_parallel.static.dist_attribute import DistTensorSpec
 
     return DistTensorSpec(list(spec.shape), dist_attr(spec, mesh))
@@ -86,6 +87,7 @@ def absent_dist_attr(rank: int = 1):
     """What Paddle's rules return for an absent optional input: a ``TensorDistAttr`` with no
     process mesh and a replicated dims_mapping of the placeholder's rank."""
     require_paddle("TensorDistAttr")
+    # stays here: `import paddle_ext` loads this module and imports no Paddle
     from paddle.distributed.auto_parallel.static.dist_attribute import TensorDistAttr
 
     attr = TensorDistAttr()

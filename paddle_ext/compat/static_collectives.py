@@ -18,6 +18,12 @@ from __future__ import annotations
 import functools
 import logging
 
+from paddle.base import core
+from paddle.distributed.auto_parallel.static.process_group import get_all_process_groups
+from paddle.distributed.auto_parallel.static.process_group import get_process_group
+from paddle.distributed.collective import _get_global_group
+import paddle
+
 from ..errors import ScheduleError
 from .cpp_build import build_and_load, paths
 
@@ -55,7 +61,6 @@ def wanted_communicators() -> list:
     while ranks 2,3 call [2,3] ring 31), so a communicator is named by its ranks, never by its
     ring id, and every rank creates its own in the same (sorted) order: rendezvous among the
     members of the first unfinished one always completes."""
-    from paddle.distributed.auto_parallel.static.process_group import get_all_process_groups
 
     wanted = set()
     for group in get_all_process_groups():
@@ -73,8 +78,6 @@ _CREATED: set = set()  # communicators this process created (CommContextManager 
 
 def create_communicators() -> list:
     """Create this rank's communicators of :func:`wanted_communicators`; returns the new keys."""
-    import paddle
-    from paddle.base import core
 
     rank = paddle.distributed.get_rank()
     store = core.create_or_get_global_tcp_store()
@@ -99,8 +102,6 @@ def lower_collectives(program, rank: int, names=COLLECTIVES, ops=None) -> dict:
     """Rewrite the collectives ``names`` of ``program`` into the gloo ops; returns counts by op
     name. Groups of one rank are left to Paddle (which removes them); an unsupported reduce or
     a ring that is not a static process group raises :class:`ScheduleError`."""
-    import paddle
-    from paddle.distributed.auto_parallel.static.process_group import get_process_group
 
     ops = ops or load_gloo_ops()
     counts: dict = {}
@@ -163,7 +164,6 @@ def strip_stream_events(program) -> int:
 def eager_barrier() -> None:
     """A barrier on the world's dygraph gloo group, whatever mode Paddle is in (``dist.barrier``
     builds a static op in static mode)."""
-    from paddle.distributed.collective import _get_global_group
 
     _get_global_group().process_group.barrier().wait()
 
@@ -171,7 +171,6 @@ def eager_barrier() -> None:
 def lower_engine_collectives(engine, mode) -> dict:
     """:func:`lower_collectives` on what ``engine`` runs for ``mode``: each job program of the
     pipeline plan, else the dense main program (send/recv included, events stripped)."""
-    import paddle
 
     rank = paddle.distributed.get_rank()
     plan = engine._job_plan

@@ -47,6 +47,12 @@ import importlib
 import logging
 import os
 
+from paddle.base.libpaddle import pir
+from paddle.distributed.auto_parallel.static.process_group import get_all_process_groups
+from paddle.distributed.auto_parallel.static.utils import get_pp_stage_by_pp_degree
+from paddle.distributed.passes.pass_base import PassContext, new_pass
+import paddle
+
 from ..errors import ScheduleError
 from .fixes import Fix, _cpu_only, apply_fixes, revert_fixes
 from .pipeline_registry import PASS_PREFIX, registered_pipeline_passes, resolve_schedule_mode
@@ -65,7 +71,6 @@ HELPER_MODULE = "paddle.distributed.auto_parallel.static.helper"
 def _collectives_apply():
     """``static-gloo-collectives``: the Engine creates communicators by ranks and runs its programs'
     collectives on the gloo ops (module doc: CPU collectives share one communicator, no send/recv)."""
-    import paddle
 
     engine_mod = importlib.import_module(ENGINE_MODULE)
     Engine = engine_mod.Engine
@@ -82,7 +87,6 @@ def _collectives_apply():
     def _init_comm(self):
         if getattr(self, "_nranks", 1) <= 1 or not getattr(self, "_in_pir_mode", False):
             return init_comm(self)
-        from paddle.distributed.auto_parallel.static.process_group import get_all_process_groups
 
         made = create_communicators()
         for group in get_all_process_groups():
@@ -126,8 +130,6 @@ def overlap_attrs(name: str, environ=None) -> dict:
 
 def _pipeline_pass(dense_main_program, dense_startup_program, pipeline_strategy):
     """Replacement of ``pir_pass.pipeline_pass``: any registered schedule, p2p lowered to gloo."""
-    from paddle.distributed.auto_parallel.static.utils import get_pp_stage_by_pp_degree
-    from paddle.distributed.passes.pass_base import PassContext, new_pass
 
     requested = getattr(pipeline_strategy, "paddle_ext_schedule", None) or pipeline_strategy.schedule_mode
     name = resolve_schedule_mode(requested)
@@ -188,7 +190,6 @@ class _LossJobPlan:
         types = list(self._plan.job_types())
         if job_type in types:
             return self._plan.ir_program(job_type)
-        from paddle.base.libpaddle import pir
 
         forwards = [t for t in types if t.startswith("forward")]
         for t in forwards:
@@ -201,7 +202,6 @@ class _LossJobPlan:
 def _engine_apply():
     """``static-engine-chunks``: chunk ids for paddle-ext's multi-chunk schedules (the Engine assigns
     them only under "VPP"), and ``run()`` reads the loss from the forward job that defines it."""
-    import paddle
 
     engine_mod = importlib.import_module(ENGINE_MODULE)
     Engine = engine_mod.Engine
@@ -245,7 +245,6 @@ def _engine_apply():
 def _param_reshard_apply():
     """``static-eager-param-reshard``: ``init_pir`` leaves the parameters of meshes this rank is not
     in as they are (their eager reshard segfaults on CPU builds)."""
-    import paddle
 
     helper = importlib.import_module(HELPER_MODULE)
     init_pir = helper.ProgramHelper.init_pir

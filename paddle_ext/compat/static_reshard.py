@@ -45,6 +45,7 @@ from ..errors import ReshardPlanError
 from ..placements import DistSpec, Partial, Replicate, Shard, format_placements
 from .backend import NCCL, backend_of, route_unknown
 from .version import require_paddle
+from .registries import static_reshard_funcs
 
 paddle = require_paddle("paddle_ext.compat.static_reshard")
 from paddle.distributed.auto_parallel.static.process_group import new_process_group  # noqa: E402
@@ -411,10 +412,10 @@ STATIC_FUNCTIONS = (SToPStaticReshard, RToPStaticReshard, SToSStaticReshard, PTo
 
 
 def _registry() -> list:
-    from .registries import static_reshard_funcs
 
     funcs = static_reshard_funcs()
     if not funcs:  # Paddle fills the list when its register module is imported
+        # stays here: importing it registers Paddle's reshard functions, wanted only when the list is empty
         import paddle.distributed.auto_parallel.static.reshard_funcs.reshard_func_register  # noqa: F401
 
         funcs = static_reshard_funcs()

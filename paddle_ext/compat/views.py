@@ -9,6 +9,8 @@ before any collective starts.
 """
 from __future__ import annotations
 
+import paddle
+
 from ..errors import CompatError
 
 _WRITES_THROUGH: list = []  # [bool], probed once per process
@@ -17,8 +19,6 @@ _WRITES_THROUGH: list = []  # [bool], probed once per process
 def views_write_through() -> bool:
     """Probe once: does ``paddle.assign(y, output=x[1:3])`` change ``x``?"""
     if not _WRITES_THROUGH:
-        import paddle
-
         with paddle.no_grad():
             x = paddle.zeros([4, 2], dtype="float32")
             paddle.assign(paddle.ones([2, 2], dtype="float32"), output=x[1:3])

@@ -19,6 +19,7 @@ from .simulated import simulate_reshard  # noqa: F401
 
 def reshard(x, mesh, placements, **kwargs):
     """``paddle.distributed.reshard`` with paddle-ext's planner; see :mod:`.dygraph`."""
+    # stays here: .dygraph and .install import Paddle, `import paddle_ext` (which loads this package) does not
     from .dygraph import reshard as _reshard
 
     return _reshard(x, mesh, placements, **kwargs)
@@ -26,6 +27,7 @@ def reshard(x, mesh, placements, **kwargs):
 
 def install_reshard(**kwargs):
     """Make ``paddle.distributed.reshard`` use paddle-ext; see :mod:`.install`."""
+    # stays here: .dygraph and .install import Paddle, `import paddle_ext` (which loads this package) does not
     from .install import install_reshard as _install
 
     return _install(**kwargs)

@@ -16,11 +16,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+import paddle
+import paddle.distributed as dist
+
 from ..compat.internals import expected_place
 from ..placements import DistSpec, parse_placements
 from .exact import dense_for, exact_locals
 from .layout import coord_in
 from .planner import plan_bytes, plan_reshard
+from ..compat.convert import to_paddle_placements
+from ..placements import format_placements
+from ..simulated_ranks import assemble
+from .dygraph import placements_of, reshard
+from .originals import original_reshard
 
 
 @dataclass(frozen=True)
@@ -55,10 +63,6 @@ def expected_bytes(case: Case) -> int:
 
 def make_source(case: Case):
     """This rank's source DistTensor for ``case`` (exact integer-valued parts)."""
-    import paddle
-    import paddle.distributed as dist
-
-    from ..compat.convert import to_paddle_placements
 
     src, _, s_ranks, _ = specs(case)
     mesh = dist.ProcessMesh(np.array(case.src_mesh).tolist())
@@ -83,12 +87,6 @@ class Outcome:
 
 def run_case(case: Case, native: bool = False, check: bool = True) -> Outcome:
     """Reshard ``case`` on this rank (paddle-ext, or Paddle's own when ``native``)."""
-    import paddle
-    import paddle.distributed as dist
-
-    from ..compat.convert import to_paddle_placements
-    from ..placements import format_placements
-    from .dygraph import placements_of, reshard
 
     out = Outcome()
     _, dst, _, d_ranks = specs(case)
@@ -100,8 +98,6 @@ def run_case(case: Case, native: bool = False, check: bool = True) -> Outcome:
         before = x._local_value().numpy().copy()
         t0 = time.perf_counter()
         if native:
-            from .originals import original_reshard
-
             y = original_reshard()(x, mesh, target)
         else:
             y = reshard(x, mesh, target, check=check, stats=stats)
@@ -125,7 +121,6 @@ def run_cases(cases, native: bool = False, check: bool = True) -> dict:
 
 def assemble_case(case: Case, per_rank: list) -> tuple[bool, str]:
     """(bit-exact?, why) from each rank's :class:`Outcome` of ``case``."""
-    from ..simulated_ranks import assemble
 
     _, dst, _, d_ranks = specs(case)
     errors = {r: o.error for r, o in enumerate(per_rank) if o.error}
@@ -153,7 +148,6 @@ def assemble_case(case: Case, per_rank: list) -> tuple[bool, str]:
 
 
 def format_pl(text: str) -> str:
-    from ..placements import format_placements
 
     return format_placements(parse_placements(text))
 

@@ -22,6 +22,9 @@ import hashlib
 import math
 from typing import Sequence
 
+import numpy as np
+import paddle
+
 from ..compat.convert import from_paddle_placements, mesh_shape, pad_placements, to_paddle_placements
 from ..compat.internals import expected_place
 from ..compat.memory import fresh
@@ -36,6 +39,8 @@ from .layout import Geometry
 from .native import native_is_exact
 from .per_rank import execute
 from .planner import format_plan, plan_reshard
+from .originals import NATIVE_LISTENERS, original_reshard
+from .originals import original_reshard
 
 _DTYPE_CODES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16",
                 "float32", "float64", "complex64", "complex128")
@@ -132,8 +137,6 @@ class PaddleBackend:
         return "f" if "float" in name else ("b" if name == "bool" else "i")
 
     def dtype_info(self, x):
-        import numpy as np
-
         name = str(x.dtype).replace("paddle.", "")
         return np.iinfo(name) if self.dtype_kind(x) == "i" else None
 
@@ -308,7 +311,6 @@ def _run(paddle, x_local, dtype, geo, plan, mesh, placements, stats):
 
 
 def _local(x, ranks):
-    import paddle
 
     if paddle.distributed.get_rank() not in ranks:
         return None
@@ -333,7 +335,6 @@ def _reshard_values(x, mesh, paddle_placements, check: bool, stats):
 
 def _own_mesh(paddle, mesh):
     """A ProcessMesh that owns its data, equal to ``mesh``."""
-    import numpy as np
 
     ids = np.array(list(mesh.process_ids)).reshape(list(mesh.shape)).tolist()
     return paddle.distributed.ProcessMesh(ids, dim_names=list(mesh.dim_names))
@@ -377,7 +378,6 @@ def _own_fast_path(paddle, src: DistSpec, ranks) -> bool:
 
 def _native(x, mesh, placements, src, dst, stats):
     """Paddle's own reshard (listeners and ``stats`` told)."""
-    from .originals import NATIVE_LISTENERS, original_reshard
 
     for listener in NATIVE_LISTENERS:
         listener(src, dst, x.element_size())
@@ -398,7 +398,6 @@ def reshard(x, mesh, placements, *, check: bool = True, stats: dict | None = Non
     request is invalid or ranks disagree.
     """
     paddle = require_paddle("paddle_ext.reshard")
-    from .originals import original_reshard
 
     backend = None
     if isinstance(x, paddle.Tensor) and x.is_dist() and hasattr(mesh, "process_ids"):

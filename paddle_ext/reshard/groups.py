@@ -11,13 +11,14 @@ mesh, in the same order, before training (Paddle numbers groups by a running cou
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..compat.version import require_paddle
 
 _GROUPS: dict[tuple, object] = {}
 
 
 def _rank_sets(mesh) -> list[tuple]:
-    import numpy as np
 
     ids = np.array(list(mesh.process_ids)).reshape(list(mesh.shape))
     sets = [tuple(sorted(ids.reshape(-1).tolist()))]

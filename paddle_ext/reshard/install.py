@@ -17,17 +17,19 @@ own process group. ``uninstall_reshard()`` restores the originals.
 """
 from __future__ import annotations
 
+from paddle.distributed.auto_parallel import api
+import paddle
+
 from ..compat.version import require_paddle
 from ..errors import ConversionError
 from .dygraph import reshard as ext_reshard
 from .originals import NATIVE_LISTENERS, original_reshard  # noqa: F401 - the installer's public names
 from .originals import SAVED as _SAVED
+from ..compat.convert import from_paddle_placements, spec_of
 
 
 def _make(original, check: bool):
-    import paddle
 
-    from ..compat.convert import from_paddle_placements, spec_of
 
     def reshard(dist_tensor, mesh, placements):
         if not paddle.in_dynamic_mode() or not getattr(dist_tensor, "is_dist", lambda: False)():
@@ -53,7 +55,6 @@ def install_reshard(check: bool = False) -> bool:
     construction. Returns True if this call installed it, False if it already was.
     """
     paddle = require_paddle("paddle_ext.install_reshard")
-    from paddle.distributed.auto_parallel import api
 
     if _SAVED:
         return False
@@ -69,8 +70,6 @@ def uninstall_reshard() -> None:
     """Restore Paddle's ``dist.reshard`` and ``auto_parallel.api.reshard``."""
     if not _SAVED:
         return
-    import paddle
-    from paddle.distributed.auto_parallel import api
 
     paddle.distributed.reshard = _SAVED.pop("dist")
     api.reshard = _SAVED.pop("api")

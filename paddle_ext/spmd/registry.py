@@ -33,6 +33,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
+import importlib
+
 from ..errors import ShardingRuleError
 from ..placements import DistSpec
 from .dimtrans import infer_dimtrans, infer_dimtrans_reverse
@@ -457,7 +459,6 @@ def is_hashable(value) -> bool:
 @functools.lru_cache(maxsize=1)
 def load_builtin_rules() -> None:
     """Import ``paddle_ext.spmd_rules`` (its modules register paddle-ext's rules)."""
-    import importlib
 
     importlib.import_module("paddle_ext.spmd_rules")
 

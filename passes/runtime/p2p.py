@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, Sequence, Tuple
 
+import paddle.distributed as dist
+
 from paddle_ext.errors import ScheduleError
 
 __all__ = ["ensure_pair_groups", "pair_group"]
@@ -48,7 +50,6 @@ def _pairs(pipelines: Iterable[Sequence[int]]) -> list:
 
 def ensure_pair_groups(pipelines: Iterable[Sequence[int]]) -> None:
     """Create (on every rank, same order) a two-rank group for each neighbour pair of each pipeline."""
-    import paddle.distributed as dist
 
     if dist.get_world_size() <= 1:
         return

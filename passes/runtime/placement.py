@@ -23,6 +23,11 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
+import numpy as np
+
+import paddle
+import paddle.distributed as dist
+
 from paddle_ext.compat.pipelining import pipeline_stage_class
 from paddle_ext.errors import ScheduleError
 
@@ -49,10 +54,6 @@ def split_sizes(n_layers: int, n_stages: int) -> List[int]:
 def _layers_of(model) -> list:
     if isinstance(model, (list, tuple)):
         return list(model)
-    try:
-        import paddle
-    except ImportError:  # pragma: no cover - pure callers pass lists
-        raise ScheduleError("split_model takes a paddle.nn.Sequential or a list of layers") from None
     if isinstance(model, paddle.nn.Sequential):
         return list(model.children())
     if isinstance(model, paddle.nn.LayerList):
@@ -77,10 +78,6 @@ def split_model(model, n_stages: int, sizes: Optional[Sequence[int]] = None) -> 
     for n in sizes:
         pieces.append(layers[start:start + n])
         start += n
-    try:
-        import paddle
-    except ImportError:  # pragma: no cover
-        return pieces
     if all(isinstance(x, paddle.nn.Layer) for x in layers):
         return [paddle.nn.Sequential(*piece) for piece in pieces]
     return pieces
@@ -131,8 +128,6 @@ def pipeline_group(mesh, dim: str = "pp"):
     by a running counter), with a world barrier after each: on gloo, groups of different members
     built back to back fail to connect. Pass the result as ``PipelineStage(..., group=...)``.
     """
-    import numpy as np
-    import paddle.distributed as dist
 
     names = list(mesh.dim_names)
     if dim not in names:

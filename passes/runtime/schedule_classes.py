@@ -35,6 +35,9 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence
 
+import paddle
+import paddle.distributed as dist
+
 from paddle_ext.breadcrumbs import record_action, recording
 from paddle_ext.compat import pipelining as pl
 from paddle_ext.compat.version import require_paddle
@@ -60,7 +63,6 @@ class PipelineRuntimeError(ScheduleError, RuntimeError):
 
 def _exchange(obj, group) -> list:
     """Every rank's ``obj`` (one ``all_gather_object``; no communication with one rank)."""
-    import paddle.distributed as dist
 
     if dist.get_world_size() <= 1:
         return [obj]
@@ -78,7 +80,6 @@ def _raise_if_any(verdicts: Sequence, what: str, who: str = "rank") -> None:
 
 def _pp_global_ranks(stage) -> List[int]:
     """Global rank of each pipeline rank (index = the stage's group rank)."""
-    import paddle.distributed as dist
 
     group = stage.group
     if group is None:
@@ -88,7 +89,6 @@ def _pp_global_ranks(stage) -> List[int]:
 
 def _batch_rows(values) -> List[tuple]:
     """(path, rows) of every tensor in a nested structure (dim 0 is split into microbatches)."""
-    import paddle
 
     found: List[tuple] = []
 

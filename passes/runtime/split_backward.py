@@ -43,6 +43,10 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator, List, Sequence
 
+import paddle
+
+import paddle.distributed as dist
+
 from paddle_ext.compat.pipelining import pylayer_class
 from paddle_ext.errors import ScheduleError
 
@@ -52,12 +56,10 @@ __all__ = ["SplitStrategy", "DeferredLinearSplit", "RegradSplit", "get_split_str
 
 def accumulate_grad(param, grad) -> None:
     """``param.grad += grad`` outside autograd; placements follow the parameter's."""
-    import paddle
 
     with paddle.no_grad():
         grad = grad.detach()
         if param.is_dist() and grad.is_dist() and list(grad.placements) != list(param.placements):
-            import paddle.distributed as dist
 
             grad = dist.reshard(grad, param.process_mesh, param.placements)
         if param.grad is None:
@@ -94,7 +96,6 @@ def _deferred_linear_fn():
 
         @staticmethod
         def forward(ctx, x, weight, bias, layer, record):
-            import paddle
 
             ctx.layer, ctx.record = layer, record
             ctx.need_dx = not x.stop_gradient
@@ -105,7 +106,6 @@ def _deferred_linear_fn():
 
         @staticmethod
         def backward(ctx, dy):
-            import paddle
 
             (x,) = ctx.saved_tensor()
             ctx.record.append((ctx.layer, x.detach(), dy.detach()))
@@ -120,7 +120,6 @@ def _deferred_linear_fn():
 
 def _splittable_linears(layer) -> list:
     """The plain ``nn.Linear`` sublayers (subclasses with their own forward keep autograd)."""
-    import paddle
 
     base = paddle.nn.Linear
     found = [m for m in [layer, *layer.sublayers()] if isinstance(m, base) and type(m).forward is base.forward]
@@ -153,14 +152,12 @@ class DeferredLinearSplit(SplitStrategy):
                     del lin.forward
 
     def input(self, record, outputs, grad_outputs, inputs):
-        import paddle
 
         if outputs:
             paddle.autograd.backward(list(outputs), grad_tensors=list(grad_outputs) if grad_outputs else None)
         return [x.grad if x is not None else None for x in inputs]
 
     def weight(self, record) -> None:
-        import paddle
 
         with paddle.no_grad():
             for lin, x, dy in record:
@@ -190,7 +187,6 @@ class RegradSplit(SplitStrategy):
         yield _RegradRecord(layer)
 
     def input(self, record, outputs, grad_outputs, inputs):
-        import paddle
 
         record.outputs, record.grad_outputs = list(outputs), (list(grad_outputs) if grad_outputs else None)
         wanted = [x for x in inputs if x is not None and not x.stop_gradient]
@@ -199,7 +195,6 @@ class RegradSplit(SplitStrategy):
         return [next(grads) if x is not None and not x.stop_gradient else None for x in inputs]
 
     def weight(self, record) -> None:
-        import paddle
 
         params = [p for p in record.layer.parameters() if not p.stop_gradient]
         if params and record.outputs:

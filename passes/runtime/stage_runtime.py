@@ -30,6 +30,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import paddle
+import paddle.distributed as dist
+
 from paddle_ext.compat import from_paddle_placements, to_paddle_placements
 from paddle_ext.compat.pipelining import from_local, global_mesh
 from paddle_ext.errors import ScheduleError
@@ -61,13 +64,11 @@ def _as_tuple(output) -> tuple:
 
 
 def _is_tensor(x) -> bool:
-    import paddle
 
     return isinstance(x, paddle.Tensor)
 
 
 def _flat_tensors(values) -> list:
-    import paddle
 
     flat = []
     paddle.utils.map_structure(lambda a: flat.append(a) if isinstance(a, paddle.Tensor) else None, values)
@@ -181,7 +182,6 @@ class StageRunner:
         nxt.inputs[mb] = tuple(_detach_for_next_stage(o, not o.stop_gradient) for o in outs)
 
     def backward(self, mb: int, full: bool) -> None:
-        import paddle
 
         outputs, leaves, record = self._take(self.fwd, mb, "its forward state (F must run first)")
         grads = None
@@ -236,7 +236,6 @@ class StageRunner:
         self.out_grads[mb] = tuple(tensors)
 
     def _send(self, channel: str, tensors: Sequence, dst: int, requires_grad) -> None:
-        import paddle.distributed as dist
 
         group = pair_group(self._global[self._me], dst)
         metas = [tensor_meta(t, requires_grad) for t in tensors]
@@ -253,8 +252,6 @@ class StageRunner:
             dist.send(local if local.is_contiguous() else local.contiguous(), dst=dst, group=group)
 
     def _recv(self, channel: str, src: int):
-        import paddle
-        import paddle.distributed as dist
 
         group = pair_group(self._global[self._me], src)
         metas = self._meta_recv.get(channel)

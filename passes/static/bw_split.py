@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import FrozenSet, Optional
 
+import paddle
+
 from paddle_ext.compat.internals import pir_ops
 from paddle_ext.passes.static.program_split import result_users
 
@@ -53,7 +55,6 @@ def _role(op) -> int:
 
 def split_matmul_grads(program) -> int:
     """Rewrite splittable ``matmul_grad`` ops of ``program`` in place (step 1); returns how many."""
-    import paddle
 
     count = 0
     block = program.global_block()

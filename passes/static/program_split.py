@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+import paddle
+
 from paddle_ext.compat.internals import pir_ops
 from paddle_ext.errors import ScheduleError
 
@@ -119,7 +121,6 @@ def check_order(jobs: Sequence[Tuple[str, int]], flows: Mapping[Tuple[str, str],
 
 def split_program(program, owner: Sequence[str], job_types: Sequence[str], place) -> Dict[str, object]:
     """One clone of ``program`` per job type with only its ops, hand-overs by name (module doc)."""
-    import paddle
 
     ops = list(program.global_block().ops)
     missing = sorted(set(owner) - set(job_types))
