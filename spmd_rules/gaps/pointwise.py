@@ -1,7 +1,9 @@
 """Elementwise and triangular ops Paddle 3.3.1 computes replicated on sharded inputs.
 
 Measured on 2 ranks: ``masked_fill``, ``isfinite``, ``tril``/``triu``, ``flip``, ``cumprod``,
-``repeat_interleave`` came back Replicate (inputs all-gathered without a word).
+``repeat_interleave`` came back Replicate (inputs all-gathered without a word). ``isnan`` and
+``isinf`` have no Paddle rule either (the isfinite family; the worked example of
+``docs/architecture.md``).
 
 ``tril``/``triu`` keep *every* dim sharded: the local function shifts the diagonal by the
 block's row and column offsets (``diagonal + row_offset - col_offset``).
@@ -31,6 +33,31 @@ def masked_fill(x: DistSpec, mask: DistSpec, value: object = 0.0):
 @register_spmd_rule("isfinite", case=gap_case("isfinite", lambda a: np.isfinite, [([(5, 7)], {})]))
 def isfinite(x: DistSpec):
     """... -> ..."""
+    return "... -> ..."
+
+
+def _with_nan_and_inf(rng, shapes, attrs):
+    """Normal values with about a third of them NaN, +inf or -inf (so isnan/isinf see both answers;
+    sum/avg partial parts of such values are not exact, so the case tries max/min parts only)."""
+    out = []
+    for s in shapes:
+        x = rng.standard_normal(s)
+        x[rng.random(s) < 0.1], x[rng.random(s) < 0.1], x[rng.random(s) < 0.1] = np.nan, np.inf, -np.inf
+        out.append(x)
+    return out
+
+
+@register_spmd_rule("isnan", case=gap_case("isnan", lambda a: np.isnan, [([(5, 7)], {}), ([(4, 6, 2)], {})],
+                                           _with_nan_and_inf, partial_ok=("max", "min")))
+def isnan(x: DistSpec):
+    """... -> ...   (Paddle 3.3.1 has no rule for isnan: replicated, like isfinite)"""
+    return "... -> ..."
+
+
+@register_spmd_rule("isinf", case=gap_case("isinf", lambda a: np.isinf, [([(5, 7)], {}), ([(4, 6, 2)], {})],
+                                           _with_nan_and_inf, partial_ok=("max", "min")))
+def isinf(x: DistSpec):
+    """... -> ...   (Paddle 3.3.1 has no rule for isinf: replicated, like isfinite)"""
     return "... -> ..."
 
 
