@@ -274,15 +274,6 @@ def run_to_partial(be, geo, step, local):
     return out
 
 
-def run_rescale(be, geo, step, local):
-    c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
-    if c is None:
-        return None
-    m = step.mesh_dim
-    n = geo.mesh(step.mesh)[m]
-    return be.scale(local, n) if step.dst[m].op == "avg" else be.divide(local, n)
-
-
 def _sides(step) -> tuple[str, str]:
     if step.mesh == CROSS:
         return SRC, DST
@@ -333,4 +324,4 @@ def run_transfer(be, geo, step, local):
 
 
 __all__ = ["run_all_gather", "run_all_reduce", "run_all_to_all", "run_p2p", "run_reduce_scatter",
-           "run_rescale", "run_slice", "run_to_partial", "run_transfer"]
+           "run_slice", "run_to_partial", "run_transfer"]

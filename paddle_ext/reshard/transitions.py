@@ -2,8 +2,10 @@
 
 A :class:`Transition` is one kind of plan step. The planner (:mod:`.planner`) asks the registry
 which transitions leave a state and what each moves; the per-rank runner (:mod:`.per_rank`) asks
-it for the step's executor. A new transition is one entry in :data:`TRANSITIONS` (plus its
-executor in :mod:`.step_executors`).
+it for the step's executor. A transition is either one entry in :data:`TRANSITIONS` below (its
+executor in :mod:`.step_executors`) or one module of :mod:`.transition_kinds` that calls
+:func:`register_transition` with its legality, bytes and executor side by side (``rescale`` is
+written that way; a new transition is such a module and its test).
 
 Transitions on one mesh dim of size ``n`` (``L`` = elements of the local block with that mesh
 dim replicated; ``c_k`` = a rank's chunk):
@@ -30,6 +32,8 @@ mesh A -> B    p2p / transfer    only the blocks a rank lacks / the local block
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Sequence
 
@@ -88,7 +92,7 @@ def _commute(a: str, b: str) -> bool:
     return a == b or {a, b} <= {"sum", "avg"}
 
 
-def _reducible(placements: Sequence[Placement], m: int) -> bool:
+def reducible(placements: Sequence[Placement], m: int) -> bool:
     """A Partial on mesh dim ``m`` may be reduced now: the logical value reduces the higher
     (inner) mesh dims first, so every Partial above ``m`` must commute with this one."""
     op = placements[m].op
@@ -119,15 +123,11 @@ def _to_partial_legal(pl, new, m, n) -> bool:
 
 
 def _all_reduce_legal(pl, new, m, n) -> bool:
-    return _reducible(pl, m)
+    return reducible(pl, m)
 
 
 def _reduce_scatter_legal(pl, new, m, n) -> bool:
-    return _reducible(pl, m) and _innermost(new, m, new[m].dim)
-
-
-def _rescale_legal(pl, new, m, n) -> bool:
-    return _reducible(pl, m) and {pl[m].op, new[m].op} == {"sum", "avg"} and is_pow2(n)
+    return reducible(pl, m) and _innermost(new, m, new[m].dim)
 
 
 def _p2p_legal(pl, new, m=None, n=None) -> bool:
@@ -138,7 +138,7 @@ def _transfer_legal(pl, new, m=None, n=None) -> bool:
     return tuple(pl) == tuple(new)
 
 
-def _other_partial_ops(new: tuple, m: int) -> set:
+def other_partial_ops(new: tuple, m: int) -> set:
     return {x.op for i, x in enumerate(new) if i != m and isinstance(x, Partial)}
 
 
@@ -146,14 +146,10 @@ def _to_partial_wraps(new, m, p, q) -> bool:
     """S -> P(max|min) fills the non-owners with iinfo.min/max, which a P(sum|avg) on another mesh
     dim would sum, and any -> P(avg) scales or copies values that a P(max|min) neutral may hold.
     Every such state is reachable another way (through R, which keeps the value on every rank)."""
-    others = _other_partial_ops(new, m)
+    others = other_partial_ops(new, m)
     if isinstance(p, Shard) and q.op in ("max", "min"):
         return bool(others & {"sum", "avg"})
     return q.op == "avg" and bool(others & {"max", "min"})
-
-
-def _rescale_wraps(new, m, p, q) -> bool:
-    return bool(_other_partial_ops(new, m) & {"max", "min"})  # scaling a neutral by n wraps
 
 
 # -- elements a rank receives (the maximum over ranks) --------------------------------------------
@@ -161,7 +157,7 @@ def _max(values) -> int:
     return max(values, default=0)
 
 
-def _nothing(move: Move) -> int:
+def no_elements(move: Move) -> int:
     return 0
 
 
@@ -232,11 +228,9 @@ TRANSITIONS: dict[str, Transition] = _registry(
     Transition("reduce_scatter", (("P", "S"),), _reduce_scatter_legal, _reduce_scatter_elements,
                run.run_reduce_scatter),
     Transition("all_to_all", (("S", "S"),), _all_to_all_legal, _all_to_all_elements, run.run_all_to_all),
-    Transition("slice", (("R", "S"),), _slice_legal, _nothing, run.run_slice, communicates=False),
-    Transition("to_partial", (("S", "P"), ("R", "P")), _to_partial_legal, _nothing, run.run_to_partial,
+    Transition("slice", (("R", "S"),), _slice_legal, no_elements, run.run_slice, communicates=False),
+    Transition("to_partial", (("S", "P"), ("R", "P")), _to_partial_legal, no_elements, run.run_to_partial,
                communicates=False, wraps_integers=_to_partial_wraps),
-    Transition("rescale", (("P", "P"),), _rescale_legal, _nothing, run.run_rescale, communicates=False,
-               wraps_integers=_rescale_wraps),
     Transition("p2p", (), _p2p_legal, _p2p_elements, run.run_p2p, generic=True),
     Transition("transfer", (), _transfer_legal, _transfer_elements, run.run_transfer),
 )
@@ -245,9 +239,29 @@ _BY_MOVE = {mv: t for t in TRANSITIONS.values() for mv in t.moves}
 P2P, TRANSFER = TRANSITIONS["p2p"], TRANSITIONS["transfer"]
 
 
+def register_transition(transition: Transition) -> Transition:
+    """Add ``transition`` to :data:`TRANSITIONS` from any module (a name or a move claimed twice
+    raises ``ValueError``); the modules of :mod:`.transition_kinds` call it, each with its
+    legality, bytes and executor in the one file."""
+    merged = _registry(*TRANSITIONS.values(), transition)
+    TRANSITIONS[transition.name] = merged[transition.name]
+    _BY_MOVE.update({mv: transition for mv in transition.moves})
+    return transition
+
+
 def for_move(p: Placement, q: Placement) -> Transition | None:
     """The transition that changes one mesh dim's placement from ``p`` to ``q`` (None: none does)."""
     return _BY_MOVE.get((kind(p), kind(q)))
 
 
-__all__ = ["Move", "P2P", "TRANSFER", "TRANSITIONS", "Transition", "for_move", "kind"]
+def _load_transition_kinds() -> None:
+    """Import every module of :mod:`.transition_kinds` (sorted by name): each registers itself."""
+    package = importlib.import_module(f"{__package__}.transition_kinds")
+    for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_")):
+        importlib.import_module(f"{package.__name__}.{module}")
+
+
+_load_transition_kinds()
+
+__all__ = ["Move", "P2P", "TRANSFER", "TRANSITIONS", "Transition", "for_move", "kind", "no_elements",
+           "other_partial_ops", "reducible", "register_transition"]

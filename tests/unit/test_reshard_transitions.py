@@ -120,8 +120,8 @@ def test_no_other_module_keys_a_step_by_its_name():
 
 
 def test_every_executor_is_a_step_executor_and_a_second_claim_is_refused():
-    for t in TRANSITIONS.values():
-        assert t.executor.__module__ == step_executors.__name__
+    for t in TRANSITIONS.values():  # in step_executors, or next to its entry in a transition_kinds module
+        assert t.executor.__module__ in (step_executors.__name__, f"paddle_ext.reshard.transition_kinds.{t.name}")
         assert list(inspect.signature(t.executor).parameters) == ["be", "geo", "step", "local"]
     gather = TRANSITIONS["all_gather"]
     with pytest.raises(ValueError, match="both claim S -> R"):
