@@ -13,7 +13,7 @@ True
 >>> get_schedule_generator("ZB-H3")
 Traceback (most recent call last):
 ...
-paddle_ext.errors.ScheduleError: unknown schedule 'ZB-H3' (did you mean ZBH2, ZBH1?); known schedules: FThenB (alias GPipe), 1F1B, VPP (alias Interleaved1F1B), LoopedBFS, ZBH1, ZBH2, ZBV (alias ZBVZeroBubble), DualPipeV, InterleavedZB (alias InterleavedZeroBubble), ZBAuto (alias ZB-Auto), VMin (alias V-Min), VHalf (alias V-Half), VZB (alias V-ZB); names are case-insensitive
+paddle_ext.errors.ScheduleError: unknown schedule 'ZB-H3' (did you mean ZBH2, ZBH1?); known schedules: FThenB (alias GPipe), 1F1B, ..., VZB (alias V-ZB)...; names are case-insensitive
 """
 from __future__ import annotations
 
