@@ -118,11 +118,46 @@ def closed_form(name, p, m, v):
         # (capped by v m). Makespan: the skew floor, which ZB-H1-style W filling reaches.
         warm = [(p - 1 - r) if v == 1 else 2 * (p - 1 - r) + (v - 1) * p for r in ranks]
         return skew_bound(p, m, v), tuple(min(w + r + 1, v * m) for r, w in zip(ranks, warm)), "INVARIANT (derived)"
+    if name == "Eager1F1B":
+        # Paddle's Eager1F1B (paddle/distributed/passes/pipeline_scheduler_pass/pipeline_eager_1f1b.py): rank r
+        # warms up with 2(p-1-r) forwards instead of 1F1B's p-1-r (the next forward is sent before
+        # the backward arrives), then alternates: one more forward in flight, 2(p-r)-1, never more
+        # than m; the order keeps 1F1B's makespan (m+p-1)(F+B).
+        return (m + p - 1) * (F + B), tuple(min(2 * (p - r) - 1, m) for r in ranks), "Paddle Eager1F1B"
+    if name == "ZBAuto":
+        if m < p:
+            return None
+        # Searched, not a published order, but pinned at unit costs by two facts: it is never
+        # slower than ZB-H1 whenever ZB-H1's peak (p) fits its limit (ceil(1.5p) when run by
+        # name), and ZB-H1's makespan 3mF + (p-1)(F+I-W) (Qi et al. 2023, above) is the skew floor
+        # at unit costs, which nothing beats. Its peaks are bounded by the limit (PEAK_LIMITS).
+        return skew_bound(p, m, 1), None, "Qi et al. 2023 (ZB-H1) and the skew floor"
+    if name == "VZB":
+        if m < 2 * p - 1:
+            return None
+        # V-ZB (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory"): zero bubble at
+        # 1F1B's memory, as ZB-V above: the skew floor; peak bounded by PEAK_LIMITS.
+        return skew_bound(p, m, 2), None, "Qi et al. 2024, V-ZB"
+    if name in ("VMin", "VHalf"):
+        # The paper gives these orders' memory (PEAK_LIMITS), not a makespan for our orders.
+        return None, None, "Qi et al. 2024, controllable memory (peak only)"
     raise AssertionError(f"no closed form written for {name}: add one (or its invariants) here")
 
 
 LITERATURE = ("FThenB", "1F1B", "VPP", "LoopedBFS", "ZBH1", "ZBH2", "ZBV", "DualPipeV")
-DERIVED_ONLY = ("InterleavedZB",)
+DERIVED_ONLY = ("InterleavedZB", "Eager1F1B")
+# Peak stage activations per rank that a memory-limited schedule must stay within, written from
+# the sources (not from the generators): ZBAuto by name gets ceil(1.5p) microbatches, one stage
+# per rank; Qi et al. 2024 (controllable memory, V placement, 2 stages of half size per rank):
+# V-Min about 1/3 of 1F1B's p microbatches, (p+4)//3; V-Half 1/2, (p+2)//2; V-ZB all p; in
+# stage activations that is twice the microbatches, never more than 1F1B's 2p.
+PEAK_LIMITS = {
+    "ZBAuto": lambda p: -(-3 * p // 2),
+    "VMin": lambda p: 2 * min(p, (p + 4) // 3),
+    "VHalf": lambda p: 2 * min(p, (p + 2) // 2),
+    "VZB": lambda p: 2 * p,
+}
+BOUNDED = tuple(PEAK_LIMITS)
 
 
 def placement_rank(stage, p, v, placement):
@@ -212,10 +247,12 @@ def closed_form_mismatches(name, schedule, p, m, v):
     expected = closed_form(name, p, m, v)
     if expected is not None:
         makespan, peaks, source = expected
-        if r.makespan != makespan:
+        if makespan is not None and r.makespan != makespan:
             bad.append(f"makespan {r.makespan:g}, {source} gives {makespan}")
-        if tuple(r.peak_activations) != peaks:
+        if peaks is not None and tuple(r.peak_activations) != peaks:
             bad.append(f"peak activations {list(r.peak_activations)}, {source} gives {list(peaks)}")
+    if name in PEAK_LIMITS and max(r.peak_activations) > PEAK_LIMITS[name](p):
+        bad.append(f"peak activations {list(r.peak_activations)} above {name}'s limit {PEAK_LIMITS[name](p)}")
     return bad
 
 
@@ -233,9 +270,14 @@ def test_golden_schedule_meets_its_closed_form(name):
     makespan, peaks, _ = closed_form(name, P, M, v)
     header = HEADER.search((GOLDEN / f"{stem}.txt").read_text(encoding="utf-8"))
     assert header, f"{stem}.txt has no figures line"
-    assert float(header.group(1)) == makespan
+    if makespan is not None:
+        assert float(header.group(1)) == makespan
     assert float(header.group(2)) == v * M * (F + B)  # ideal = a rank's work
-    assert [int(x) for x in header.group(3).split(",")] == list(peaks)
+    printed = [int(x) for x in header.group(3).split(",")]
+    if peaks is not None:
+        assert printed == list(peaks)
+    else:
+        assert max(printed) <= PEAK_LIMITS[name](P), (printed, name)
 
 
 @pytest.mark.parametrize("name, v, makespan", [
@@ -251,7 +293,7 @@ def test_lowered_golden_keeps_the_closed_form(name, v, makespan):
 
 
 def test_every_schedule_has_a_check():
-    assert set(LITERATURE) | set(DERIVED_ONLY) == set(schedule_names())
+    assert set(LITERATURE) | set(DERIVED_ONLY) | set(BOUNDED) == set(schedule_names())
 
 
 # --------------------------------------------------------------------------- the formulas vs the simulator
