@@ -32,8 +32,9 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "schedule", help="generate, validate, simulate and draw a pipeline schedule",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("name", nargs="?", help="schedule name (case-insensitive): FThenB/GPipe, 1F1B, "
-                        "VPP/Interleaved1F1B, LoopedBFS, ZBH1, ZBH2, ZBV, DualPipeV, InterleavedZB")
+    from ..passes.schedules import SCHEDULES  # the listing is the table's (a new schedule appears by itself)
+    names = ", ".join("/".join((info.name,) + info.aliases) for info in SCHEDULES.values())
+    parser.add_argument("name", nargs="?", help=f"schedule name (case-insensitive): {names}")
     parser.add_argument("-P", "--stages", type=int, required=True, help="pipeline ranks p (Paddle's pp_degree)")
     parser.add_argument("-M", "--microbatches", type=int, required=True, help="microbatches m per step")
     parser.add_argument("-V", "--chunks", type=int, default=None, help="stages per rank v (default: the schedule's)")
