@@ -17,6 +17,7 @@ placements, mesh), ``dense`` maps the same name to the single-process numpy valu
 from __future__ import annotations
 
 import os
+import re
 import pickle
 import tempfile
 from dataclasses import dataclass, field
@@ -255,12 +256,22 @@ def run_mode(mode: str, names: list, log_root: str | os.PathLike, batch_timeout:
     return outcomes
 
 
+_GLOO = re.compile(r"\[[^\]]*third_party/gloo/[^\]]*\] (TIMEOUT|connect)\b.*")
+
+
+def stable_detail(detail: str) -> str:
+    """``detail`` without what changes from run to run: a gloo failure's source line, ranks and
+    ports (a deadlocked peer times out in whichever gloo call it sits, on a fresh port)."""
+    return _GLOO.sub(lambda m: "gloo TIMEOUT (a peer never answered)" if m.group(1) == "TIMEOUT"
+                     else "gloo connect refused (a peer had gone)", detail)
+
+
 def why(name: str, outcomes: dict) -> str:
     """The table's reason column: the first failing mode's first line."""
     for mode in MODES:
         o = outcomes[mode].get(name)
         if o is not None and o.status != "pass":
-            return f"{mode}: {o.detail}"
+            return f"{mode}: {stable_detail(o.detail)}"
     return ""
 
 
