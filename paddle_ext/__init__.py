@@ -48,7 +48,7 @@ def get_spmd_rule(op: str, source: str = "auto"):
     return _get(op, source=source)
 
 
-def install(static_engine: bool = False) -> list[str]:
+def install(static_engine: bool = False, ranks_outside_mesh: bool = False) -> list[str]:
     """Make Paddle use paddle-ext where Paddle lacks a path (idempotent).
 
     Applies the compat fixes this Paddle needs, routes dygraph ``dist.reshard`` (and
@@ -60,11 +60,22 @@ def install(static_engine: bool = False) -> list[str]:
     and accept paddle-ext's schedules as ``strategy.pipeline.schedule_mode`` (see
     ``docs/static_engine.md``); on CPU it builds a small C++ op library once (about 30 s, cached)
     and loads it in every process (about 10 s), so it is opt-in.
+
+    ``ranks_outside_mesh=True`` lets a rank outside a DistTensor's mesh run ops on it (pipeline
+    parallelism by annotation, every rank running the whole forward), which on Paddle 3.3.1 CPU
+    dies with SIGSEGV. It registers a zero-device custom device type in this process, visible in
+    ``get_all_custom_device_type()`` and ``ParallelEnv().device_type``, so it is opt-in; call it in
+    each rank after ``dist.init_parallel_env()``. It raises :class:`CompatError` on builds it was
+    not verified on (see ``docs/compatibility.md``, "Ranks outside a mesh").
     """
     from .compat import install as _install_fixes
     from .reshard import install_reshard
     from .compat.static_reshard import install_static_reshard  # imports Paddle
 
+    if ranks_outside_mesh:   # first: it refuses before anything else is patched
+        from .compat.outside_mesh import install as _install_outside_mesh
+
+        outside = _install_outside_mesh()
     names = _install_fixes()
     install_reshard()
     install_static_reshard()
@@ -73,4 +84,6 @@ def install(static_engine: bool = False) -> list[str]:
         from .passes.static.passes import install_static
 
         names += install_static()
+    if ranks_outside_mesh:
+        names += outside
     return names

@@ -14,8 +14,8 @@ process that loads it never imports a second copy from the build directory.
 short script or a rank that ends early. A cached library that does not load is removed and built
 once more.
 
-Users: :mod:`.static_collectives` (gloo collective ops for the static Engine) and :mod:`.fast_key`
-(the dispatch fast path's cache key).
+Users: :mod:`.static_collectives` (gloo collective ops for the static Engine), :mod:`.fast_key`
+(the dispatch fast path's cache key) and :mod:`.outside_mesh` (opt-in: ranks outside a mesh).
 """
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ logger = logging.getLogger("paddle_ext.compat")
 PIECES = {
     "fast_key": ("paddle_ext_fast_key", "fast_key.cc", "dispatch key"),
     "gloo_ops": ("paddle_ext_gloo_ops", "gloo_ops.cc", "gloo ops"),
+    "outside_mesh": ("paddle_ext_outside_mesh", "outside_mesh.cc", "ranks-outside-mesh device"),
 }
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc")
 BUILD_TIMEOUT = 900   # seconds; a build takes 20-30 s with g++ on this machine

@@ -1,0 +1,114 @@
+"""Opt-in fix ``ranks-outside-mesh``: a rank outside a DistTensor's mesh can run ops on it.
+
+Pipeline parallelism by annotation has every rank run the whole forward: stage 0's ops on a mesh
+of stage 0's ranks, stage 1's on another. On the Paddle 3.3.1 CPU wheel a rank outside an op's
+mesh dies with SIGSEGV: each dist API makes its outputs' empty locals at
+``phi::distributed::GetDefaultPlace()``, which reads the first registered custom device type of
+an empty list. The fix has two parts:
+
+* C++ (``paddle_ext/csrc/outside_mesh.cc``, built by :mod:`.cpp_build`): registers in this
+  process a custom device type ``no_device`` with zero devices, so that function returns
+  ``Place(no_device:0)``, and serves that place with a CPU device context.
+* Python: ``Tensor.backward`` on a loss whose mesh excludes this rank, called without a
+  ``grad_tensor``, passes a ones seed sharded like the loss (Paddle's own seed is made at the
+  loss's place, which has no memory: "Dst place Place(cpu) != Place(no_device:0)").
+
+It changes what the process reports: ``paddle.base.core.get_all_custom_device_type()`` returns
+``['no_device']`` and ``paddle.distributed.ParallelEnv().device_type`` reads ``'no_device'``.
+So it is applied only on request (``paddle_ext.install(ranks_outside_mesh=True)``), on the build
+it was measured on (Paddle 3.3.1, CPU, no custom device registered), in a rank process (never the
+launcher, which would then take the device for a real one). ``revert()`` restores
+``Tensor.backward``; the registered device type stays for the life of the process (Paddle has no
+way to unregister one type). docs/compatibility.md, "Ranks outside a mesh".
+"""
+from __future__ import annotations
+
+import paddle
+import paddle.distributed as dist
+from paddle.base import core
+
+from ..errors import CompatError
+from . import cpp_build   # imports Paddle; only install(ranks_outside_mesh=True) imports this module
+from .fixes import Fix, apply_fixes, revert_fixes
+from .version import require_paddle
+
+DEVICE_TYPE = "no_device"
+VERIFIED_VERSIONS = ("3.3.1",)
+_MODULE: list = [None]   # the loaded C++ piece, once
+
+
+def check_supported() -> None:
+    """Raise :class:`CompatError` when this process is not one the fix was verified on."""
+    require_paddle("ranks-outside-mesh")
+    what = "paddle_ext.install(ranks_outside_mesh=True)"
+    if paddle.__version__ not in VERIFIED_VERSIONS:
+        raise CompatError(f"{what} was verified on Paddle {', '.join(VERIFIED_VERSIONS)} only (it registers a "
+                          f"device type in Paddle's C++ device manager); found Paddle {paddle.__version__}")
+    if paddle.is_compiled_with_cuda() or paddle.is_compiled_with_xpu() or paddle.is_compiled_with_rocm():
+        raise CompatError(f"{what} is for the CPU wheel of Paddle; this Paddle is a GPU/XPU build, whose "
+                          "ranks outside a mesh take another path (leave the option off)")
+    types = list(core.get_all_custom_device_type())
+    if types and types != [DEVICE_TYPE]:
+        raise CompatError(f"{what}: a real custom device is registered ({', '.join(types)}); Paddle would put "
+                          f"the empty locals of ranks outside a mesh there already (leave the option off)")
+    if dist.get_world_size() < 2:
+        raise CompatError(f"{what} belongs in each rank of a multi-rank job (after dist.init_parallel_env()); "
+                          "this process is not one (world size 1): in the launcher it would make "
+                          "paddle.distributed.launch take the zero-device type for a real device")
+
+
+def _needed() -> bool:
+    check_supported()
+    return True
+
+
+def _load():
+    """Build (once, cached) and load the C++ piece; register the device and its CPU context."""
+    if _MODULE[0] is None:
+        module = cpp_build.build_and_load("outside_mesh")
+        types = list(module.register_zero_device())
+        place = module.serve_default_place_with_cpu()
+        if DEVICE_TYPE not in types or place != "Place(cpu)":
+            raise CompatError(f"ranks-outside-mesh: registering the zero-device type gave device types {types} "
+                              f"and a context at {place}; expected {DEVICE_TYPE!r} served at Place(cpu)")
+        _MODULE[0] = module
+    return _MODULE[0]
+
+
+def default_place() -> str:
+    """What Paddle's ``GetDefaultPlace()`` returns once the fix is applied (``Place(no_device:0)``)."""
+    return _load().default_place()
+
+
+def _backward_apply():
+    _load()
+    original = paddle.Tensor.backward
+
+    def backward(self, grad_tensor=None, retain_graph=False, **kwargs):
+        if grad_tensor is None and self.is_dist() and dist.get_rank() not in self.process_mesh.process_ids:
+            grad_tensor = dist.shard_tensor(paddle.ones(self.shape, self.dtype), self.process_mesh, self.placements)
+        return original(self, grad_tensor, retain_graph, **kwargs)
+
+    backward.__doc__ = original.__doc__
+    backward.__wrapped__ = original
+    paddle.Tensor.backward = backward
+    return [(paddle.Tensor, "backward", original)]
+
+
+FIXES: dict[str, Fix] = {
+    f.name: f for f in (
+        Fix("ranks-outside-mesh",
+            "a rank outside a DistTensor's mesh runs its ops (zero-device type + CPU context; backward seed)",
+            _needed, _backward_apply),
+    )
+}
+
+
+def install() -> list[str]:
+    """Apply the fix (idempotent; raises :class:`CompatError` where it was not verified)."""
+    return apply_fixes(FIXES)
+
+
+def uninstall() -> None:
+    """Restore ``Tensor.backward`` (the device type stays registered)."""
+    revert_fixes(FIXES)

@@ -1,0 +1,96 @@
+"""Rank functions for tests/multirank/test_outside_mesh.py (run through paddle_ext.testing.run_ranks).
+
+A 2-stage model annotated for pipeline parallelism: every rank runs the whole forward; the
+embedding, first matmul and relu live on mesh [0], the second matmul and the loss on mesh [1],
+and paddle-ext's reshard moves the activation from one to the other.
+"""
+import numpy as np
+
+VOCAB, HIDDEN, BATCH, SEQ = 11, 6, 2, 3
+
+
+def weights():
+    """The model's inputs and weights (the same on every rank and in the dense reference)."""
+    rng = np.random.default_rng(0)
+    emb, w1, w2 = (rng.standard_normal(s).astype("float32") for s in [(VOCAB, HIDDEN), (HIDDEN, HIDDEN), (HIDDEN, 4)])
+    ids = rng.integers(0, VOCAB, (BATCH, SEQ)).astype("int64")
+    return ids, emb, w1, w2
+
+
+def _forward(paddle, ids, emb, w1, w2, to_stage_1=lambda h: h):
+    import paddle.nn.functional as F
+
+    h = F.relu(paddle.matmul(F.embedding(ids, emb), w1))
+    out = paddle.matmul(to_stage_1(h), w2)
+    return (out * out).mean()
+
+
+def dense():
+    """Loss and grads of the same model on one process, no DistTensor."""
+    import paddle
+
+    ids, *ws = weights()
+    params = [paddle.to_tensor(w, stop_gradient=False) for w in ws]
+    loss = _forward(paddle, paddle.to_tensor(ids), *params)
+    loss.backward()
+    return {"loss": float(loss.numpy()), **{n: p.grad.numpy() for n, p in zip(("emb", "w1", "w2"), params)}}
+
+
+def _matmul_on_mesh_0(paddle, dist):
+    mesh = dist.ProcessMesh([0], dim_names=["x"])
+    a = dist.shard_tensor(paddle.full([2, 3], 2.0), mesh, [dist.Replicate()])
+    b = dist.shard_tensor(paddle.ones([3, 4]), mesh, [dist.Replicate()])
+    return paddle.matmul(a, b)
+
+
+def with_fix():
+    """(a) a matmul on mesh [0] on both ranks; (b) the pp-by-annotation model, forward and backward."""
+    import paddle
+    import paddle.distributed as dist
+
+    import paddle_ext
+
+    dist.init_parallel_env()
+    names = paddle_ext.install(ranks_outside_mesh=True)
+    rank = dist.get_rank()
+    res = {"names": names, "device_types": paddle.device.get_all_custom_device_type(),
+           "env_device_type": dist.ParallelEnv().device_type}
+
+    c = _matmul_on_mesh_0(paddle, dist)
+    local = c._local_value()
+    res["matmul"] = {"shape": list(c.shape), "mesh": c.process_mesh.process_ids,
+                     "placements": [str(p) for p in c.placements], "local_numel": int(local.numel()),
+                     "local": local.numpy() if rank == 0 else None}
+
+    ids, emb, w1, w2 = weights()
+    stage0, stage1 = dist.ProcessMesh([0], dim_names=["pp"]), dist.ProcessMesh([1], dim_names=["pp"])
+    rep = [dist.Replicate()]
+
+    def param(value, mesh):
+        t = dist.shard_tensor(paddle.to_tensor(value), mesh, rep)
+        t.stop_gradient = False
+        return t
+
+    params = {"emb": param(emb, stage0), "w1": param(w1, stage0), "w2": param(w2, stage1)}
+    x = dist.shard_tensor(paddle.to_tensor(ids), stage0, rep)
+    loss = _forward(paddle, x, params["emb"], params["w1"], params["w2"],
+                    to_stage_1=lambda h: dist.reshard(h, stage1, rep))
+    loss.backward()   # on rank 0 the loss's mesh excludes it: the seed patch supplies the ones
+    res["loss_mesh"] = loss.process_mesh.process_ids
+    res["loss"] = float(loss._local_value().numpy()) if rank in loss.process_mesh.process_ids else None
+    res["grads"] = {n: p.grad._local_value().numpy() for n, p in params.items()
+                    if rank in p.process_mesh.process_ids}
+    return res
+
+
+def without_fix():
+    """(c) the same matmul with paddle-ext's default install: Paddle alone's failure on rank 1."""
+    import paddle
+    import paddle.distributed as dist
+
+    import paddle_ext
+
+    dist.init_parallel_env()
+    paddle_ext.install()
+    c = _matmul_on_mesh_0(paddle, dist)
+    return {"shape": list(c.shape)}

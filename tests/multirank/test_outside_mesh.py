@@ -1,0 +1,49 @@
+"""Issue 15 item 2, ranks outside a mesh: ``paddle_ext.install(ranks_outside_mesh=True)``.
+
+On Paddle 3.3.1 CPU, any op on a DistTensor whose mesh excludes this rank dies with SIGSEGV
+(``GetDefaultPlace`` reads an empty custom-device list). With the opt-in fix, on 2 gloo ranks:
+
+* a matmul on mesh [0] runs on both ranks; rank 1's output has the global shape, mesh [0], [R]
+  and no local data; rank 0's has the dense values;
+* a 2-stage model annotated for pipeline parallelism (every rank runs the whole forward, stage 0
+  on mesh [0], stage 1 and the loss on mesh [1]) gives the dense model's loss and grads on the
+  ranks that own them;
+* without the option the same matmul still kills rank 1 as Paddle alone does (the option is
+  what makes the difference, and the default changes nothing).
+"""
+import numpy as np
+import pytest
+
+import outside_mesh_ranks as om
+from paddle_ext.errors import HarnessError
+from paddle_ext.testing import run_ranks
+
+pytestmark = pytest.mark.multirank
+
+
+def test_ranks_outside_mesh_run_ops_and_pipeline_grads_equal_dense():
+    ranks = run_ranks(om.with_fix, nproc=2, timeout=120)
+    for rank, res in enumerate(ranks):
+        assert "ranks-outside-mesh" in res["names"]
+        assert res["device_types"] == ["no_device"] and res["env_device_type"] == "no_device"  # documented
+        mm = res["matmul"]
+        assert mm["shape"] == [2, 4] and mm["mesh"] == [0] and mm["placements"] == ["Replicate()"]
+        assert mm["local_numel"] == (8 if rank == 0 else 0)
+    np.testing.assert_array_equal(ranks[0]["matmul"]["local"], np.full((2, 4), 6.0, "float32"))
+
+    want = om.dense()
+    assert ranks[0]["loss_mesh"] == ranks[1]["loss_mesh"] == [1]
+    assert ranks[0]["loss"] is None
+    np.testing.assert_allclose(ranks[1]["loss"], want["loss"], rtol=1e-6)
+    assert sorted(ranks[0]["grads"]) == ["emb", "w1"] and sorted(ranks[1]["grads"]) == ["w2"]
+    for rank in (0, 1):
+        for name, grad in ranks[rank]["grads"].items():
+            np.testing.assert_allclose(grad, want[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_without_the_option_rank_outside_the_mesh_dies_as_with_paddle_alone():
+    with pytest.raises(HarnessError) as info:
+        run_ranks(om.without_fix, nproc=2, timeout=90, exit_timeout=30)
+    message = str(info.value)
+    assert "rank 1" in message, message[-3000:]
+    assert "exit code -11" in message or "Segmentation fault" in message, message[-3000:]
