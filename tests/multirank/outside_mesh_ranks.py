@@ -80,6 +80,18 @@ def with_fix():
     res["loss"] = float(loss._local_value().numpy()) if rank in loss.process_mesh.process_ids else None
     res["grads"] = {n: p.grad._local_value().numpy() for n, p in params.items()
                     if rank in p.process_mesh.process_ids}
+
+    # uninstall() restores Tensor.backward (the device stays): a non-member's backward fails again
+    from paddle_ext.compat import outside_mesh
+
+    outside_mesh.uninstall()
+    other = dist.shard_tensor(paddle.ones([2, 2]), dist.ProcessMesh([1 - rank], dim_names=["x"]), rep)
+    other.stop_gradient = False
+    try:
+        (other * other).mean().backward()
+        res["unpatched_backward"] = "ran"
+    except RuntimeError as exc:
+        res["unpatched_backward"] = str(exc)
     return res
 
 

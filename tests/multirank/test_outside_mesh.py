@@ -5,6 +5,8 @@ On Paddle 3.3.1 CPU, any op on a DistTensor whose mesh excludes this rank dies w
 
 * a matmul on mesh [0] runs on both ranks; rank 1's output has the global shape, mesh [0], [R]
   and no local data; rank 0's has the dense values;
+* ``uninstall()`` restores ``Tensor.backward``, and then a non-member's ``loss.backward()`` fails
+  with Paddle's place error again (the seed patch is needed and reversible);
 * a 2-stage model annotated for pipeline parallelism (every rank runs the whole forward, stage 0
   on mesh [0], stage 1 and the loss on mesh [1]) gives the dense model's loss and grads on the
   ranks that own them;
@@ -29,6 +31,8 @@ def test_ranks_outside_mesh_run_ops_and_pipeline_grads_equal_dense():
         mm = res["matmul"]
         assert mm["shape"] == [2, 4] and mm["mesh"] == [0] and mm["placements"] == ["Replicate()"]
         assert mm["local_numel"] == (8 if rank == 0 else 0)
+        # the seed patch is what lets a non-member's backward run: reverted, Paddle's seed fails
+        assert "Place(cpu) != dst_place:Place(no_device:0)" in res["unpatched_backward"], res["unpatched_backward"]
     np.testing.assert_array_equal(ranks[0]["matmul"]["local"], np.full((2, 4), 6.0, "float32"))
 
     want = om.dense()
