@@ -2,8 +2,9 @@
 
 * :mod:`.schedule_ir` -- ``Action(stage, kind, microbatch)`` ("2F0"), schedules as
   ``{rank: [Action | None]}``, text grid, CSV in torch.distributed.pipelining's layout.
-* :mod:`.schedules` -- one generator per file: FThenB/GPipe, 1F1B, VPP/Interleaved1F1B,
-  LoopedBFS, ZBH1, ZBH2, ZBV, DualPipeV, InterleavedZB; ``get_schedule_generator(name)``.
+* :mod:`.schedules` -- one generator per file, each registering itself (``@register_schedule``):
+  FThenB/GPipe, 1F1B, VPP/Interleaved1F1B, LoopedBFS, ZBH1, ZBH2, ZBV, DualPipeV, InterleavedZB,
+  Eager1F1B, ZBAuto (searched under a memory limit), VMin, VHalf, VZB; ``get_schedule_generator(name)``.
 * :mod:`.stage_placement` -- stage -> rank for the ``loop`` and ``v`` placements.
 * :mod:`.lowering` -- ``add_send_recv``: SEND/RECV pairs, deadlock-free with blocking sends.
 * :mod:`.validate` / :mod:`.simulate` -- ``validate_schedule``, ``simulate_schedule``.

@@ -344,8 +344,10 @@ def _make(class_name: str, info) -> type:
 # ``Schedule<name>`` as Paddle names its classes, plus one per alias (torch's names: ScheduleGPipe,
 # ScheduleInterleaved1F1B, ...). A schedule added to the table gets its class here with no edit.
 _CLASSES: Dict[str, type] = {info.name: _make(f"Schedule{info.name}", info) for info in SCHEDULES.values()}
+# (an alias that is no Python name, such as V-Half, gets no attribute: get_schedule finds it by name)
 _ALIAS_CLASSES: Dict[str, type] = {f"Schedule{alias}": _CLASSES[info.name]
-                                   for info in SCHEDULES.values() for alias in info.aliases}
+                                   for info in SCHEDULES.values() for alias in info.aliases
+                                   if f"Schedule{alias}".isidentifier()}
 globals().update({cls.__name__: cls for cls in _CLASSES.values()})
 globals().update(_ALIAS_CLASSES)
 __all__ += [cls.__name__ for cls in _CLASSES.values()] + list(_ALIAS_CLASSES)
