@@ -17,6 +17,7 @@ backward ``B = I + W = 2``. This is the zero-bubble paper's "T_F = T_B = T_W" (i
 Activations are counted in stage (chunk) activations, live from a stage's ``F`` to its ``B`` or
 ``W`` (the zero-bubble paper's "in-flight microbatches": the ``W`` still needs the layer inputs).
 """
+import importlib
 import re
 from pathlib import Path
 
@@ -41,10 +42,25 @@ def skew_bound(p, m, v):
     return (p - 1) * F + v * m * (F + B)
 
 
+def _closed_forms_next_to_their_schedules() -> dict:
+    """``CLOSED_FORMS = {name: closed_form(p, m, v)}`` from the schedules' own test files
+    (tests/unit/test_schedule_<name>.py), so a new schedule brings its check in its own test."""
+    found = {}
+    for path in sorted(Path(__file__).parent.glob("test_schedule_*.py")):
+        if path.name != Path(__file__).name and "\nCLOSED_FORMS = " in path.read_text(encoding="utf-8"):
+            found.update(importlib.import_module(path.stem).CLOSED_FORMS)
+    return found
+
+
+OWN_CLOSED_FORMS = _closed_forms_next_to_their_schedules()
+
+
 def closed_form(name, p, m, v):
     """``(makespan, peaks per rank, source)`` by hand for sizes the generator accepts (ask
     ``get_schedule_info(name).valid_sizes``), or ``None`` where (p, m, v) is outside the formula's
     range. ``None`` inside the tuple means "no closed form for this figure"."""
+    if name in OWN_CLOSED_FORMS:
+        return OWN_CLOSED_FORMS[name](p, m, v)
     ranks = range(p)
     if name == "FThenB":
         # GPipe (Huang et al., 2019): the forward wave takes (m+p-1) F, the backward wave (m+p-1) B;
@@ -118,12 +134,6 @@ def closed_form(name, p, m, v):
         # (capped by v m). Makespan: the skew floor, which ZB-H1-style W filling reaches.
         warm = [(p - 1 - r) if v == 1 else 2 * (p - 1 - r) + (v - 1) * p for r in ranks]
         return skew_bound(p, m, v), tuple(min(w + r + 1, v * m) for r, w in zip(ranks, warm)), "INVARIANT (derived)"
-    if name == "Eager1F1B":
-        # Paddle's Eager1F1B (paddle/distributed/passes/pipeline_scheduler_pass/pipeline_eager_1f1b.py): rank r
-        # warms up with 2(p-1-r) forwards instead of 1F1B's p-1-r (the next forward is sent before
-        # the backward arrives), then alternates: one more forward in flight, 2(p-r)-1, never more
-        # than m; the order keeps 1F1B's makespan (m+p-1)(F+B).
-        return (m + p - 1) * (F + B), tuple(min(2 * (p - r) - 1, m) for r in ranks), "Paddle Eager1F1B"
     if name == "ZBAuto":
         if m < p:
             return None
@@ -145,7 +155,7 @@ def closed_form(name, p, m, v):
 
 
 LITERATURE = ("FThenB", "1F1B", "VPP", "LoopedBFS", "ZBH1", "ZBH2", "ZBV", "DualPipeV")
-DERIVED_ONLY = ("InterleavedZB", "Eager1F1B")
+DERIVED_ONLY = ("InterleavedZB",)
 # Peak stage activations per rank that a memory-limited schedule must stay within, written from
 # the sources (not from the generators): ZBAuto by name gets ceil(1.5p) microbatches, one stage
 # per rank; Qi et al. 2024 (controllable memory, V placement, 2 stages of half size per rank):
@@ -293,7 +303,7 @@ def test_lowered_golden_keeps_the_closed_form(name, v, makespan):
 
 
 def test_every_schedule_has_a_check():
-    assert set(LITERATURE) | set(DERIVED_ONLY) | set(BOUNDED) == set(schedule_names())
+    assert set(LITERATURE) | set(DERIVED_ONLY) | set(BOUNDED) | set(OWN_CLOSED_FORMS) == set(schedule_names())
 
 
 # --------------------------------------------------------------------------- the formulas vs the simulator

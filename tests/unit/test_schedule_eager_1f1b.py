@@ -16,6 +16,17 @@ from paddle_ext.passes import generate_schedule, schedule_names, simulate_schedu
 from paddle_ext.passes.schedules import eager_1f1b, get_schedule_info
 
 
+def _closed_form(p: int, m: int, v: int):
+    """Unit costs (F = I = W = 1): 1F1B's makespan (m+p-1)(F+B); rank r warms up with
+    min(2(p-1-r), m) forwards (Paddle's eager order sends the next forward before the backward
+    arrives), so one more in flight: min(2(p-r)-1, m)."""
+    return 3 * (m + p - 1), tuple(min(2 * (p - r) - 1, m) for r in range(p)), "Paddle's Eager1F1B job order"
+
+
+# read by test_schedule_closed_forms.py: a schedule's closed form lives next to its own test
+CLOSED_FORMS = {"Eager1F1B": _closed_form}
+
+
 def _paddle_order(p: int, m: int, stage: int) -> list:
     job_pass = PipelineEager1F1BPass()
     for key, value in (("num_micro_batches", m), ("pp_stage", stage), ("pp_degree", p)):
