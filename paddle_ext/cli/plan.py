@@ -64,7 +64,7 @@ def _pick(entries: list, k: int, how: str) -> list:
 
 def _run_plans(args, model, result, doc: dict) -> None:
     from ..errors import HarnessError
-    from ..plan.compare import summary
+    from ..plan.accuracy import summary
     from ..plan.runner import run_candidate, runnable
     from ..plan.search import to_json
 

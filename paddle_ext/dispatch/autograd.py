@@ -19,7 +19,7 @@ from ..compat.convert import to_paddle_placements
 from ..placements import DistSpec, Partial, Replicate
 from ..reshard.dygraph import reshard as ext_reshard
 from .outputs import check_local, wrap
-from .plan import Plan, fits_from_local
+from .call_plan import Plan, fits_from_local
 from .slots import restructure
 
 

@@ -40,9 +40,9 @@ from ..placements import format_placements
 from .audit_report import _ACTIVE, record_dispatch
 from .autograd import dispatch_function, reshard
 from .outputs import wrap_checked
-from .plan import LocalCtx, Plan
+from .call_plan import LocalCtx, Plan
 from .plan_cache import lookup
-from .rules import DispatchError, HandBack, explain_call, get_rule
+from .rule_lookup import DispatchError, HandBack, explain_call, get_rule
 from .slots import flatten_slots, restructure
 from .static import dispatch_static
 

@@ -10,8 +10,8 @@ the others (exact global shape for uneven shards).
 from __future__ import annotations
 
 from ..compat import dispatch as cd
-from .plan import Plan
-from .rules import DispatchError
+from .call_plan import Plan
+from .rule_lookup import DispatchError
 
 
 def wrap_checked(from_local, op: str, plan: Plan, out):

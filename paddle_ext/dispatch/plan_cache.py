@@ -27,7 +27,7 @@ from typing import Sequence
 
 from ..compat import fast_key
 from ..compat.dispatch import DygraphRuntime, dygraph_runtime
-from .plan import Plan, make_plan
+from .call_plan import Plan, make_plan
 from .slots import flatten_slots
 
 LIMIT = 4096        # plans (and meshes) kept; past it, new ones are made per call and not kept

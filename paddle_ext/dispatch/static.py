@@ -20,8 +20,8 @@ from ..compat import dispatch as cd
 from ..placements import DistSpec, Partial, Replicate
 from ..spmd.result import make_result
 from .audit_report import record_dispatch
-from .plan import make_plan
-from .rules import DispatchError, infer
+from .call_plan import make_plan
+from .rule_lookup import DispatchError, infer
 from .slots import flatten_slots, restructure
 
 log = logging.getLogger("paddle_ext.dispatch")

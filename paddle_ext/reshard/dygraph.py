@@ -27,7 +27,7 @@ import paddle
 
 from ..compat.convert import from_paddle_placements, mesh_shape, pad_placements, to_paddle_placements
 from ..compat.internals import expected_place
-from ..compat.memory import fresh
+from ..compat.buffers import fresh
 from ..compat.version import require_paddle
 from ..compat.views import require_writable_views
 from ..errors import ConversionError, PlacementError, ReshardPlanError
@@ -67,7 +67,7 @@ class PaddleBackend:
         return math.prod(x.shape)
 
     def empty(self, shape, like):
-        return fresh(self.p, shape, like.dtype)   # huge pages for large CPU buffers (compat.memory)
+        return fresh(self.p, shape, like.dtype)   # huge pages for large CPU buffers (compat.buffers)
 
     def full(self, shape, value, like):
         return self.p.full(list(shape), value, dtype=like.dtype)

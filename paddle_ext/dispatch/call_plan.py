@@ -21,7 +21,7 @@ from ..compat.convert import to_paddle_placements
 from ..errors import ShardingRuleError
 from ..placements import DistSpec, Partial, Replicate, Shard
 from .grad import GradPlan, grad_plan
-from .rules import DispatchError, HandBack, get_rule, infer
+from .rule_lookup import DispatchError, HandBack, get_rule, infer
 from .slots import is_flat, restructure
 
 log = logging.getLogger("paddle_ext.dispatch")
