@@ -24,6 +24,8 @@ How an op splits under tensor parallelism (``tp``), after the demo's sharding
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field, replace
 from typing import Optional, Tuple
 
@@ -60,10 +62,7 @@ class OpDesc:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.out:
-            n *= d
-        return n
+        return math.prod(self.out)
 
 
 @dataclass(frozen=True)
@@ -74,10 +73,7 @@ class ParamDesc:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
 
 @dataclass(frozen=True)
