@@ -329,18 +329,25 @@ def _check_cycles(cycles: list, base: list, rep: Report, stage_dir: Path) -> Non
             rep.stale.append(f"cycle {b} is gone or smaller: run --shrink-baseline")
 
 
-def _check_internal(found: dict, base: dict, rep: Report) -> None:
-    rep.figures["internal_references"] = {f: len(h) for f, h in found.items()}
+def _check_counts(found: dict, base: dict, rep: Report, figure: str, over: str, count: str, fix: str) -> None:
+    """A per-file ratchet: ``found`` maps a file to its (line, name) hits; more than the baseline
+    fails (``"{rel} " + over``, then the lines and ``fix``), fewer asks for --shrink-baseline
+    (``count``); ``over`` and ``count`` take ``{n}``, the file's hits."""
+    rep.figures[figure] = {f: len(h) for f, h in found.items()}
     for rel, hits in sorted(found.items()):
         allowed = base.get(rel, 0)
         if len(hits) > allowed:
             where = ", ".join(f"line {n} {name}" for n, name in hits[:6]) + (" ..." if len(hits) > 6 else "")
-            rep.failures.append(f"{rel} references Paddle internals on {len(hits)} lines (baseline {allowed}): "
-                                f"{where} -- go through paddle_ext.compat (add or reuse a compat function)")
+            rep.failures.append(f"{rel} {over.format(n=len(hits))} (baseline {allowed}): {where} -- {fix}")
     for rel, allowed in sorted(base.items()):
-        if len(found.get(rel, ())) < allowed:
-            rep.stale.append(f"{rel}: {len(found.get(rel, ()))} Paddle-internal lines, baseline {allowed}: "
-                             f"run --shrink-baseline")
+        n = len(found.get(rel, ()))
+        if n < allowed:
+            rep.stale.append(f"{rel}: {count.format(n=n)}, baseline {allowed}: run --shrink-baseline")
+
+
+def _check_internal(found: dict, base: dict, rep: Report) -> None:
+    _check_counts(found, base, rep, "internal_references", "references Paddle internals on {n} lines",
+                  "{n} Paddle-internal lines", "go through paddle_ext.compat (add or reuse a compat function)")
 
 
 def _check_sizes(sizes: dict, base: dict, rep: Report) -> None:
@@ -359,18 +366,9 @@ def _check_sizes(sizes: dict, base: dict, rep: Report) -> None:
 
 
 def _check_function_imports(found: dict, base: dict, rep: Report) -> None:
-    rep.figures["function_imports"] = {f: len(h) for f, h in found.items()}
-    for rel, hits in sorted(found.items()):
-        allowed = base.get(rel, 0)
-        if len(hits) > allowed:
-            where = ", ".join(f"line {n} {name}" for n, name in hits[:6]) + (" ..." if len(hits) > 6 else "")
-            rep.failures.append(f"{rel} has {len(hits)} function-level imports (baseline {allowed}): {where} "
-                                f"-- import at the module top; a cycle is broken by moving the shared part "
-                                f"to a lower module, an optional package goes in check_layers.OPTIONAL")
-    for rel, allowed in sorted(base.items()):
-        if len(found.get(rel, ())) < allowed:
-            rep.stale.append(f"{rel}: {len(found.get(rel, ()))} function-level imports, baseline {allowed}: "
-                             f"run --shrink-baseline")
+    _check_counts(found, base, rep, "function_imports", "has {n} function-level imports", "{n} function-level imports",
+                  "import at the module top; a cycle is broken by moving the shared part to a lower module, "
+                  "an optional package goes in check_layers.OPTIONAL")
 
 
 def shrink_baseline(rep: Report, path: Path = BASELINE) -> dict:
