@@ -25,7 +25,6 @@ How an op splits under tensor parallelism (``tp``), after the demo's sharding
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field, replace
 from typing import Optional, Tuple
 
