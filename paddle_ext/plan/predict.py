@@ -147,12 +147,34 @@ def _rank_state(by_stage, stage_ids: tuple, c: Candidate, comm: CommCost, profil
     return memo[key]
 
 
+def _least_finish(stages: List[StageCost], rank_stages, busy, m: int, latency: float) -> List[float]:
+    """A lower bound of each rank's finish under any schedule: the later of (a) its start, once the
+    first microbatch's forward reached its first stage, plus its work, and (b) the earliest any
+    backward of its lowest stage ``s`` can begin (every stage's forward, then the backward chain
+    down from the top to ``s + 1``, a p2p hop wherever the next stage is on another rank) plus
+    its ``m`` backwards of ``s``, which all come after that."""
+    rank_of = {s: r for r, ids in enumerate(rank_stages) for s in ids}
+    n = len(stages)
+    hop = [latency if s + 1 < n and rank_of[s] != rank_of[s + 1] else 0.0 for s in range(n)]
+    forward_chain = sum(st.forward for st in stages) + sum(hop)
+    back_chain = [0.0] * (n + 1)  # back_chain[s]: the backward chain from the top down to stage s, hops included
+    for s in range(n - 1, -1, -1):
+        back_chain[s] = back_chain[s + 1] + hop[s] + min(stages[s].backward_input, stages[s].full_backward)
+    finish = []
+    for ids, work in zip(rank_stages, busy):
+        s = min(ids)
+        start = sum(stages[k].forward + latency for k in range(s))
+        drain = m * min(stages[s].full_backward, stages[s].backward_input + stages[s].backward_weight)
+        finish.append(max(start + work, forward_chain + back_chain[s + 1] + hop[s] + drain))
+    return finish
+
+
 def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: int = 0,
             memo: Optional[dict] = None, lower_bound: bool = False) -> Prediction:
     """Step time, its parts and the peak memory per rank of plan ``c`` (see the module docstring);
     ``memo``: a dict shared by the predictions of one search (same model and profile). With
-    ``lower_bound``, a pipeline plan is neither built nor simulated: its step is its busiest
-    rank's compute plus its wait for the first forward (the least bubble) and its activations one microbatch of its largest stage, both
+    ``lower_bound``, a pipeline plan is neither built nor simulated: its step is the least finish
+    of any rank (:func:`_least_finish`) and its activations one microbatch of its largest stage, both
     lower bounds (``simulated=False``)."""
     memo = {} if memo is None else memo
     comm = CommCost(profile, c, ranks_per_node or c.world)
@@ -180,9 +202,7 @@ def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: in
                 parts[name] = parts.get(name, 0.0) + value * c.microbatches
         msg = c.microbatch_samples * model.seq * model.hidden * itemsize / (c.tp if c.sp else 1)
         latency = comm.time("p2p", 2, msg, "pp")
-        # a rank starts once the first microbatch's forward reached its first stage
-        starts = [sum(stages[s].forward + latency for s in range(min(ids))) for ids in rank_stages]
-        pipeline = max(st + b for st, b in zip(starts, busy))
+        pipeline = max(_least_finish(stages, rank_stages, busy, c.microbatches, latency))
         if pipeline > busy[busiest]:
             parts["pipeline bubble"] = pipeline - busy[busiest]
     tail, memory, peak, rank_tail = -1.0, {}, -1.0, {}

@@ -179,13 +179,33 @@ def test_h100_scale_search():
     profile = Profile.load(str(Path(__file__).resolve().parents[2] / "examples/profiles/h100_8x_published.json"))
     model = describe_model("demo", layers=32, hidden=4096)
     cpu = time.process_time()
-    # the nine fixed-order schedules; the search-based generators (ZBAuto, VMin...) cost seconds
-    # per size to build, which the search pays once per (schedule, pp, microbatches) it simulates
-    r = search(model, profile, 64, schedules=FIXED_ORDER)
+    # every schedule in the table, the search-based ones (ZBAuto, VMin, VHalf, VZB) included: they
+    # cost up to a second per size to build, so the search must not build the sizes it can rule out
+    r = search(model, profile, 64)
     cpu = time.process_time() - cpu
     assert r.candidates >= 1000
     assert cpu < 10, f"{r.candidates} plans took {cpu:.1f} s of CPU"
     assert all(p.simulated for p in r.plans[:50])
+
+
+@pytest.mark.parametrize("extra", [{}, {"pipeline": {"action_s": 50.0}},
+                                   {"collectives": {k: {"any": {"alpha_s": 300.0, "s_per_byte": 1.0}}
+                                                    for k in COLLECTIVE_KINDS}}],
+                         ids=["unit", "runtime-per-action", "p2p-latency"])
+def test_lower_bound_never_exceeds_the_simulated_step(extra):
+    """The search skips building a pipeline whose lower bound cannot enter the best plans; that is
+    only sound if the bound is below the simulated step of every plan, for every schedule."""
+    model = gpt_family(hidden=8, heads=2, ffn=16, seq=2, vocab=8, layers=8)
+    profile = unit_profile(**extra)
+    cands = [c for c in enumerate_candidates(8, 2, 8, 16, 2, 16, 8, max_microbatches=16) if c.pp > 1]
+    assert len({c.schedule for c in cands}) >= 10 and len(cands) > 100
+    memo: dict = {}
+    for c in cands:
+        bound = predict(model, c, profile, memo=memo, lower_bound=True)
+        exact = predict(model, c, profile, memo=memo)
+        assert not bound.simulated and exact.simulated
+        assert bound.step_s <= exact.step_s * (1 + 1e-9), (c.name, bound.step_s, exact.step_s)
+        assert bound.peak_bytes <= exact.peak_bytes * (1 + 1e-9), c.name
 
 
 # -- bad inputs ------------------------------------------------------------------------------
