@@ -30,7 +30,8 @@ def _table(plans: list, show: int) -> str:
     for i, p in enumerate(plans[:show], 1):
         top = ", ".join(f"{t['part']} {t['fraction']:.0%}" for t in p["top"])
         meas_peak = "-" if p["measured_peak_bytes"] is None else format_bytes(p["measured_peak_bytes"])
-        lines.append(f"{i:>3}  {p['name']:<36} {_fmt_s(p['predicted_step_s']):>10} {_fmt_s(p['measured_step_s']):>10} "
+        name = p["name"] + (f" (= {', '.join(p['same_as'])})" if p.get("same_as") else "")
+        lines.append(f"{i:>3}  {name:<36} {_fmt_s(p['predicted_step_s']):>10} {_fmt_s(p['measured_step_s']):>10} "
                      f"{format_bytes(p['predicted_peak_bytes']):>10} {meas_peak:>10}  {top}")
     return "\n".join(lines)
 
@@ -138,7 +139,9 @@ def run(args) -> int:
         print(json.dumps(doc, indent=1))
         return 0
     print(f"paddle-ext plan: {model.name} ({model.n_layers} layers, hidden {model.hidden}) on {args.nproc} ranks: "
-          f"{doc['candidates']} candidate plans in {doc['search_s']:.2f} s, {doc['feasible']} within the memory limit")
+          f"{doc['candidates']} candidate plans in {doc['search_s']:.2f} s, {doc['feasible']} within the memory limit"
+          + (f" ({doc['merged']} of them the same plan as a better-ranked one under another schedule name, "
+             f"shown as '(= ...)')" if doc.get("merged") else ""))
     shown = [p for p in doc["plans"] if p["measured_step_s"] is not None] if args.run else doc["plans"]
     print(_table(shown, args.top if not args.run else len(shown)))
     if args.run:

@@ -39,6 +39,7 @@ class Prediction:
     peak_bytes: float
     memory: Dict[str, float] = field(default_factory=dict)
     simulated: bool = True   # False: a pipeline plan whose step is a lower bound (its compute, no bubble)
+    same_as: Tuple[str, ...] = ()  # other schedules whose action lists are this plan's (same plan, other names)
 
     def top(self, k: int = 3) -> List[Tuple[str, float]]:
         """The ``k`` largest contributions as ``(cause, fraction of the step)``."""
@@ -51,6 +52,14 @@ def _schedule(name: str, pp: int, m: int, v: int):
     sched = generate_schedule(name, pp, m, v)
     stages = {r: sorted({a[0] for a in acts if a is not None}) for r, acts in sched.items()}
     return sched, stages
+
+
+@lru_cache(maxsize=512)
+def schedule_signature(name: str, pp: int, m: int, v: int) -> tuple:
+    """Every rank's action list of ``name`` at these sizes: two schedules with equal signatures
+    run the same actions in the same order (1F1B, FThenB and Eager1F1B at one microbatch)."""
+    sched, _ = _schedule(name, pp, m, v)
+    return tuple((r, tuple(str(a) for a in sched[r] if a is not None)) for r in sorted(sched))
 
 
 def placed_stages(schedule: str, rank: int, pp: int, chunks: int) -> List[int]:
@@ -230,4 +239,4 @@ def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: in
     return Prediction(c, step, {k: v for k, v in parts.items() if v > 0}, peak, memory, simulated)
 
 
-__all__ = ["Prediction", "predict"]
+__all__ = ["Prediction", "predict", "schedule_signature"]

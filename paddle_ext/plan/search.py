@@ -21,7 +21,7 @@ from .candidates import Candidate, enumerate_candidates
 from .errors import MeshFactorError, NoFeasiblePlanError
 from .memory import format_bytes, parse_memory
 from .model_desc import ModelDesc
-from .predict import Prediction, predict
+from .predict import Prediction, predict, schedule_signature
 from .profile_data import COLLECTIVE_KINDS, Profile, check_profile_covers
 from .stage_cost import CommCost, local_gemm
 
@@ -30,9 +30,10 @@ from .stage_cost import CommCost, local_gemm
 class SearchResult:
     candidates: int
     search_s: float
-    plans: List[Prediction]          # feasible plans, fastest first
+    plans: List[Prediction]          # feasible plans, fastest first (one row per distinct plan)
     infeasible: int
     memory_limit: Optional[int]
+    merged: int = 0                  # feasible plans folded into an equal one's ``same_as``
 
 
 def requirements(model: ModelDesc, cands, ranks_per_node: int):
@@ -58,13 +59,15 @@ def requirements(model: ModelDesc, cands, ranks_per_node: int):
 def search(model_desc: ModelDesc, profile: Profile, nproc: int, memory=None, *, nodes: Optional[int] = None,
            batch: Optional[int] = None, schedules=None, max_microbatches: int = 64,
            exact: int = 50) -> SearchResult:
-    """Every plan of ``model_desc`` on ``nproc`` ranks (``nodes`` nodes of ``nproc / nodes`` ranks),
-    predicted with ``profile``, those within ``memory`` (bytes or ``"2GiB"``; None: no limit)
-    ranked fastest first. The best ``exact`` plans are exact (their pipelines built and simulated,
-    their memory checked); a plan that cannot be among them keeps its lower bounds of step and
-    memory (``Prediction.simulated`` False) (``nodes`` defaults to ``nproc / ranks_per_node`` of the profile, else 1). Named errors before the search: :class:`~.errors.MemoryUnitError`,
-    :class:`~.errors.MeshFactorError`, :class:`~.errors.ProfileError`; after it,
-    :class:`~.errors.NoFeasiblePlanError` when no plan fits the limit."""
+    """Every plan of ``model_desc`` on ``nproc`` ranks (``nodes`` nodes of ``nproc / nodes`` ranks;
+    by default ``nproc / ranks_per_node`` of the profile, else 1), predicted with ``profile``,
+    those within ``memory`` (bytes or ``"2GiB"``; None: no limit) ranked fastest first, one row
+    per distinct plan (:func:`merge_same_schedules`). The best ``exact`` distinct plans are exact
+    (their pipelines built and simulated, their memory checked); a plan that cannot be among them
+    keeps its lower bounds of step and memory (``Prediction.simulated`` False). Named errors
+    before the search: :class:`~.errors.MemoryUnitError`, :class:`~.errors.MeshFactorError`,
+    :class:`~.errors.ProfileError`; after it, :class:`~.errors.NoFeasiblePlanError` when no plan
+    fits the limit."""
     limit = parse_memory(memory) if memory is not None else None
     if nodes is None:  # a profile of a multi-node machine says how many ranks a node holds
         per_node = int(profile.data.get("ranks_per_node") or nproc)
@@ -83,7 +86,7 @@ def search(model_desc: ModelDesc, profile: Profile, nproc: int, memory=None, *, 
     # then, in bound order, exact predictions while a plan can still enter the best ``exact``
     bounds = sorted((predict(model_desc, c, profile, rpn, memo, lower_bound=True) for c in cands),
                     key=lambda p: p.step_s)
-    feasible, best, infeasible, checked = [], [], [], 0
+    feasible, best, infeasible, checked, distinct = [], [], [], 0, set()
     for p in bounds:
         if limit is not None and p.peak_bytes > limit:
             infeasible.append(p)
@@ -95,7 +98,7 @@ def search(model_desc: ModelDesc, profile: Profile, nproc: int, memory=None, *, 
             if limit is not None and p.peak_bytes > limit:
                 infeasible.append(p)
                 continue
-        if p.simulated:
+        if p.simulated and _distinct(p, distinct):  # a plan equal to one already counted takes no place
             best = sorted(best + [p.step_s])[:exact]
         feasible.append(p)
     if not feasible:
@@ -106,7 +109,47 @@ def search(model_desc: ModelDesc, profile: Profile, nproc: int, memory=None, *, 
             f"the smallest any of the {len(exact_peaks)} plans needs is {format_bytes(smallest.peak_bytes)} "
             f"({smallest.candidate.name}); raise the limit, add ranks or shrink the batch")
     feasible.sort(key=lambda p: (p.step_s, p.peak_bytes, p.candidate.name))
-    return SearchResult(len(cands), time.perf_counter() - start, feasible, len(infeasible), limit)
+    plans, merged = merge_same_schedules(feasible)
+    return SearchResult(len(cands), time.perf_counter() - start, plans, len(infeasible), limit, merged)
+
+
+def _same_plan_key(p: Prediction):
+    """What makes two simulated plans the same plan: mesh, ZeRO, sp, batch, microbatches and
+    every rank's action list (None for a plan without a pipeline or not simulated)."""
+    c = p.candidate
+    if c.pp == 1 or not p.simulated:
+        return None
+    return (c.pp, c.dp, c.tp, c.zero, c.sp, c.batch, c.microbatches,
+            schedule_signature(c.schedule, c.pp, c.microbatches, c.chunks))
+
+
+def _distinct(p: Prediction, seen: set) -> bool:
+    key = _same_plan_key(p)
+    if key is None:
+        return True
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
+def merge_same_schedules(ranked: List[Prediction]):
+    """``(plans, how many merged)``: a simulated pipeline plan whose schedule runs the same
+    action lists as a better-ranked plan's on the same mesh and microbatches is the same plan
+    under another name; it is folded into that plan's ``same_as`` instead of taking a row of
+    its own (so ``--run K`` runs K different plans)."""
+    first: dict = {}
+    plans: List[Prediction] = []
+    for p in ranked:
+        key = _same_plan_key(p)
+        if key is not None:
+            kept = first.get(key)
+            if kept is not None:
+                kept.same_as = kept.same_as + (p.candidate.schedule,)
+                continue
+            first[key] = p
+        plans.append(p)
+    return plans, len(ranked) - len(plans)
 
 
 def to_json(result: SearchResult, top: Optional[int] = None) -> dict:
@@ -118,10 +161,11 @@ def to_json(result: SearchResult, top: Optional[int] = None) -> dict:
                       "measured_step_s": None, "measured_peak_bytes": None,
                       "plan": c.plan, "pp": c.pp, "dp": c.dp, "tp": c.tp, "zero": c.zero, "sp": c.sp,
                       "schedule": c.schedule, "microbatches": c.microbatches, "batch": c.batch,
-                      "simulated": p.simulated, "top": [{"part": k, "fraction": f} for k, f in p.top(3)],
+                      "simulated": p.simulated, "same_as": list(p.same_as), "top": [{"part": k, "fraction": f} for k, f in p.top(3)],
                       "memory": p.memory})
     return {"candidates": result.candidates, "search_s": result.search_s, "feasible": len(result.plans),
-            "infeasible": result.infeasible, "memory_limit": result.memory_limit, "plans": plans}
+            "infeasible": result.infeasible, "merged": result.merged,
+            "memory_limit": result.memory_limit, "plans": plans}
 
 
-__all__ = ["SearchResult", "search", "to_json", "requirements", "COLLECTIVE_KINDS"]
+__all__ = ["SearchResult", "search", "to_json", "merge_same_schedules", "requirements", "COLLECTIVE_KINDS"]

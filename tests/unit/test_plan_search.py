@@ -208,6 +208,28 @@ def test_lower_bound_never_exceeds_the_simulated_step(extra):
         assert bound.peak_bytes <= exact.peak_bytes * (1 + 1e-9), c.name
 
 
+def test_plans_with_the_same_action_lists_are_one_row():
+    """At one microbatch 1F1B, FThenB and Eager1F1B run the same actions: one plan, three names.
+    No two rows left may run equal action lists on the same mesh and microbatch count."""
+    model = gpt_family(hidden=8, heads=2, ffn=16, seq=2, vocab=8, layers=2)
+    r = search(model, unit_profile(), 4, schedules=["1F1B", "FThenB", "Eager1F1B", "ZBH1"], exact=10_000)
+    same = [generate_schedule(n, 4, 1) for n in ("1F1B", "FThenB", "Eager1F1B")]
+    assert same[0] == same[1] == same[2]  # the fact the merge rests on, from the generators
+    row = next(p for p in r.plans if p.candidate.pp == 4 and p.candidate.microbatches == 1
+               and p.candidate.schedule in ("1F1B", "FThenB", "Eager1F1B"))
+    assert sorted((row.candidate.schedule,) + row.same_as) == ["1F1B", "Eager1F1B", "FThenB"]
+    seen = set()
+    for p in r.plans:
+        c = p.candidate
+        if c.pp > 1:
+            key = (c.pp, c.dp, c.tp, c.zero, c.sp, c.microbatches, str(generate_schedule(c.schedule, c.pp, c.microbatches)))
+            assert key not in seen, c.name
+            seen.add(key)
+    assert r.merged >= 2 and to_json(r)["merged"] == r.merged
+    assert sorted(next(e for e in to_json(r)["plans"] if e["name"] == row.candidate.name)["same_as"]) == \
+        sorted(row.same_as)
+
+
 # -- bad inputs ------------------------------------------------------------------------------
 def test_memory_limit_no_plan_meets_says_the_smallest():
     smallest = min(predict(TINY, c, unit_profile()).peak_bytes
