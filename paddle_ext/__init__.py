@@ -80,6 +80,9 @@ def install(static_engine: bool = False, ranks_outside_mesh: bool = False) -> li
     install_reshard()
     install_static_reshard()
     names += ["dygraph-reshard", "static-reshard-functions"]
+    from .compat.static_engine import install_rings
+
+    names += install_rings()
     if static_engine:
         from .passes.static.passes import install_static
 

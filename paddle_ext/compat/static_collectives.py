@@ -168,18 +168,36 @@ def eager_barrier() -> None:
     _get_global_group().process_group.barrier().wait()
 
 
-def lower_engine_collectives(engine, mode) -> dict:
-    """:func:`lower_collectives` on what ``engine`` runs for ``mode``: each job program of the
-    pipeline plan, else the dense main program (send/recv included, events stripped)."""
+def engine_programs(engine, mode) -> list:
+    """What ``engine`` runs for ``mode``: each job program of the pipeline plan, else the dense
+    main program."""
+    plan = engine._job_plan
+    return ([plan.ir_program(t) for t in plan.job_types()] if plan is not None
+            else [engine._pir_dense_main_progs[mode]])
+
+
+def collective_rings(programs, names=NOT_P2P) -> list:
+    """The communicators (:func:`comm_key`, sorted) the collectives ``names`` of ``programs``
+    run on; groups of one rank and rings that are not static process groups are left out."""
+    rings = set()
+    for program in programs:
+        for op in program.global_block().ops:
+            if op.name() in names:
+                group = get_process_group(op.attrs()["ring_id"])
+                if group is not None and len(group.ranks) >= 2:
+                    rings.add(comm_key(group.ranks))
+    return sorted(rings)
+
+
+def lower_engine_collectives(engine, mode, names=COLLECTIVES) -> dict:
+    """:func:`lower_collectives` of ``names`` (default: send/recv included) on what ``engine``
+    runs for ``mode`` (:func:`engine_programs`), stream events stripped."""
 
     rank = paddle.distributed.get_rank()
-    plan = engine._job_plan
-    programs = ([plan.ir_program(t) for t in plan.job_types()] if plan is not None
-                else [engine._pir_dense_main_progs[mode]])
     total: dict = {}
-    for program in programs:
+    for program in engine_programs(engine, mode):
         strip_stream_events(program)
-        for name, n in lower_collectives(program, rank).items():
+        for name, n in lower_collectives(program, rank, names=names).items():
             total[name] = total.get(name, 0) + n
-    logger.info("rank %d: send/recv on gloo channels: %s", rank, total)
+    logger.info("rank %d: collectives on gloo ops: %s", rank, total)
     return total

@@ -56,8 +56,8 @@ import paddle
 from ..errors import ScheduleError
 from .fixes import Fix, _cpu_only, apply_fixes, revert_fixes
 from .pipeline_registry import PASS_PREFIX, registered_pipeline_passes, resolve_schedule_mode
-from .static_collectives import (NOT_P2P, create_communicators, eager_barrier, load_gloo_ops, lower_collectives,
-                                 lower_engine_collectives)
+from .static_collectives import (NOT_P2P, collective_rings, create_communicators, eager_barrier, engine_programs,
+                                 load_gloo_ops, lower_collectives, lower_engine_collectives)
 from .version import require_paddle
 
 logger = logging.getLogger("paddle_ext.static")
@@ -294,6 +294,66 @@ STATIC_FIXES: dict[str, Fix] = {
             _cpu_only, _param_reshard_apply),
     )
 }
+
+
+# ------------------------------------------- plain install(): programs on two rings or more
+def _rings_apply():
+    """``static-gloo-rings`` (plain ``paddle_ext.install()``): a dense program whose collectives
+    use two rings or more (dp x mp: [0, 2] and [0, 1] on rank 0) runs them on the gloo ops.
+
+    Paddle's CPU kernels would run them all on the one communicator the process bound first
+    (module doc, ``static-gloo-collectives``), silently: on dp2 x mp2 the dp gradient all_reduce
+    and the loss's all_gather ran on the mp ring. A program on one ring keeps Paddle's kernels
+    (the op library is built and loaded only when needed); send/recv stay Paddle's (they throw on
+    CPU: pipelines need ``install(static_engine=True)``). With ``static-gloo-collectives``
+    applied this fix does nothing."""
+
+    Engine = importlib.import_module(ENGINE_MODULE).Engine
+    parallel_pir, init_comm = Engine._parallel_pir, Engine._init_comm
+
+    def _parallel_pir(self, mode):
+        result = parallel_pir(self, mode)
+        if (STATIC_FIXES["static-gloo-collectives"].is_applied() or getattr(self, "_nranks", 1) <= 1
+                or not _cpu_only()):
+            return result
+        rings = collective_rings(engine_programs(self, mode))
+        if len(rings) > 1:
+            load_gloo_ops()
+            counts = lower_engine_collectives(self, mode, names=NOT_P2P)
+            self._paddle_ext_rings = True
+            logger.info("rank %d: static-gloo-rings: %d rings %s, collectives on gloo ops: %s",
+                        paddle.distributed.get_rank(), len(rings), rings, counts)
+        return result
+
+    def _init_comm(self):
+        result = init_comm(self)  # Paddle's groups, for the ops left to Paddle and later Engines
+        if getattr(self, "_paddle_ext_rings", False):
+            create_communicators()
+            eager_barrier()
+        return result
+
+    for f, original in ((_parallel_pir, parallel_pir), (_init_comm, init_comm)):
+        f.__wrapped__ = original
+    Engine._parallel_pir = _parallel_pir
+    Engine._init_comm = _init_comm
+    return [(Engine, "_parallel_pir", parallel_pir), (Engine, "_init_comm", init_comm)]
+
+
+#: applied by plain ``paddle_ext.install()`` (:func:`install_rings`), not by ``install_static()``
+RING_FIXES: dict[str, Fix] = {
+    "static-gloo-rings": Fix("static-gloo-rings",
+                             "a dense static program on two rings or more runs its collectives on ring-aware gloo "
+                             "ops (Paddle's CPU kernels share the first communicator)", _cpu_only, _rings_apply),
+}
+
+
+def install_rings() -> list[str]:
+    """Apply ``static-gloo-rings`` where needed (CPU/gloo; idempotent); returns it when in effect."""
+    return apply_fixes(RING_FIXES)
+
+
+def uninstall_rings() -> None:
+    revert_fixes(RING_FIXES)
 
 
 def install_static() -> list[str]:
