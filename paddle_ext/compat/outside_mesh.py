@@ -12,6 +12,11 @@ an empty list. The fix has two parts:
 * Python: ``Tensor.backward`` on a loss whose mesh excludes this rank, called without a
   ``grad_tensor``, passes a ones seed sharded like the loss (Paddle's own seed is made at the
   loss's place, which has no memory: "Dst place Place(cpu) != Place(no_device:0)").
+* Python: a comparison of such a DistTensor with a Python number (``label != ignore_index`` in
+  ``cross_entropy``, on every rank that is not the last stage's) compares with
+  ``paddle.full_like(x, number)``, a DistTensor on ``x``'s mesh, because Paddle makes the number a
+  dense tensor at ``x.place``, which has no memory (the same "Dst place" error). The values are
+  the same: the rank holds no local data of either side.
 
 It changes what the process reports: ``paddle.base.core.get_all_custom_device_type()`` returns
 ``['no_device']`` and ``paddle.distributed.ParallelEnv().device_type`` reads ``'no_device'``.
@@ -85,7 +90,7 @@ def _backward_apply():
     original = paddle.Tensor.backward
 
     def backward(self, grad_tensor=None, retain_graph=False, **kwargs):
-        if grad_tensor is None and self.is_dist() and dist.get_rank() not in self.process_mesh.process_ids:
+        if grad_tensor is None and _outside(self):
             grad_tensor = dist.shard_tensor(paddle.ones(self.shape, self.dtype), self.process_mesh, self.placements)
         return original(self, grad_tensor, retain_graph, **kwargs)
 
@@ -95,11 +100,40 @@ def _backward_apply():
     return [(paddle.Tensor, "backward", original)]
 
 
+COMPARISONS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__")
+
+
+def _outside(x) -> bool:
+    """``x`` is a DistTensor whose mesh does not hold this rank."""
+    return isinstance(x, paddle.Tensor) and x.is_dist() and dist.get_rank() not in x.process_mesh.process_ids
+
+
+def _comparison(original):
+    def compare(self, other):
+        if isinstance(other, (bool, int, float)) and _outside(self):
+            other = paddle.full_like(self, other)
+        return original(self, other)
+
+    compare.__doc__ = original.__doc__
+    compare.__wrapped__ = original
+    return compare
+
+
+def _apply():
+    patched = _backward_apply()
+    for name in COMPARISONS:
+        original = getattr(paddle.Tensor, name)
+        setattr(paddle.Tensor, name, _comparison(original))
+        patched.append((paddle.Tensor, name, original))
+    return patched
+
+
 FIXES: dict[str, Fix] = {
     f.name: f for f in (
         Fix("ranks-outside-mesh",
-            "a rank outside a DistTensor's mesh runs its ops (zero-device type + CPU context; backward seed)",
-            _needed, _backward_apply),
+            "a rank outside a DistTensor's mesh runs its ops (zero-device type + CPU context; backward seed; "
+            "comparisons with a number)",
+            _needed, _apply),
     )
 }
 
@@ -110,5 +144,5 @@ def install() -> list[str]:
 
 
 def uninstall() -> None:
-    """Restore ``Tensor.backward`` (the device type stays registered)."""
+    """Restore ``Tensor.backward`` and the comparisons (the device type stays registered)."""
     revert_fixes(FIXES)

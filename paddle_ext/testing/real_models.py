@@ -45,6 +45,9 @@ PLANS = {
 MODELS = ("gpt", "qwen", "deepseek_v2")
 AUTO_REFERENCE = ("qwen", "deepseek_v2")  # dense reference: the auto class on one process
 MODES = ("alone", "install", "enable")
+# install(ranks_outside_mesh=True): the opt-in fix that lets pipeline-by-annotation ranks run the
+# stages they are not in (docs/compatibility.md, "Ranks outside a mesh"); not a matrix column
+OUTSIDE_MODE = "install-outside"
 EXECS = ("dygraph", "to_static")
 
 
@@ -306,12 +309,14 @@ def train_rank(model: str, plan: str, mode: str, exec_mode: str) -> dict:
     import paddle.distributed as dist
     from paddle.distributed import fleet
 
-    if mode not in MODES or exec_mode not in EXECS:
-        raise ValueError(f"mode {mode!r} / exec {exec_mode!r}: expected one of {MODES} / {EXECS}")
+    if mode not in MODES + (OUTSIDE_MODE,) or exec_mode not in EXECS:
+        raise ValueError(f"mode {mode!r} / exec {exec_mode!r}: expected one of {MODES + (OUTSIDE_MODE,)} / {EXECS}")
     import paddle_ext
 
     if mode in ("install", "enable"):
         paddle_ext.install()
+    if mode == OUTSIDE_MODE:
+        paddle_ext.install(ranks_outside_mesh=True)
     if mode == "enable":
         paddle_ext.enable()
     require_paddlenlp()

@@ -81,10 +81,22 @@ def with_fix():
     res["grads"] = {n: p.grad._local_value().numpy() for n, p in params.items()
                     if rank in p.process_mesh.process_ids}
 
-    # uninstall() restores Tensor.backward (the device stays): a non-member's backward fails again
+    # a comparison with a number on a tensor of stage 1 (the causal-LM loss: labels.unsqueeze(2),
+    # then cross_entropy's `label != ignore_index`; a non-member's unsqueeze output sits at CPU)
+    labels = dist.shard_tensor(paddle.to_tensor(np.array([0, 1, 2, 0])), stage1, rep).unsqueeze(1)
+    kept = labels != 0
+    res["compare"] = {"mesh": kept.process_mesh.process_ids, "shape": list(kept.shape), "dtype": str(kept.dtype),
+                      "local": kept._local_value().numpy() if rank == 1 else None}
+
+    # uninstall() restores Tensor.backward and the comparisons (the device stays): a non-member's
+    # backward and comparison with a number fail again
     from paddle_ext.compat import outside_mesh
 
     outside_mesh.uninstall()
+    try:
+        res["unpatched_compare"] = str(list((labels != 0).shape))
+    except RuntimeError as exc:
+        res["unpatched_compare"] = str(exc)
     other = dist.shard_tensor(paddle.ones([2, 2]), dist.ProcessMesh([1 - rank], dim_names=["x"]), rep)
     other.stop_gradient = False
     try:

@@ -5,8 +5,11 @@ On Paddle 3.3.1 CPU, any op on a DistTensor whose mesh excludes this rank dies w
 
 * a matmul on mesh [0] runs on both ranks; rank 1's output has the global shape, mesh [0], [R]
   and no local data; rank 0's has the dense values;
-* ``uninstall()`` restores ``Tensor.backward``, and then a non-member's ``loss.backward()`` fails
-  with Paddle's place error again (the seed patch is needed and reversible);
+* ``uninstall()`` restores ``Tensor.backward`` and the comparisons, and then a non-member's
+  ``loss.backward()`` and ``labels != 0`` fail with Paddle's place error again (both patches are
+  needed and reversible);
+* ``labels.unsqueeze(1) != 0`` on a tensor of mesh [1] (a causal-LM loss's ignore mask) runs on
+  rank 0 too: a bool DistTensor of mesh [1], the right values on rank 1;
 * a 2-stage model annotated for pipeline parallelism (every rank runs the whole forward, stage 0
   on mesh [0], stage 1 and the loss on mesh [1]) gives the dense model's loss and grads on the
   ranks that own them;
@@ -34,6 +37,12 @@ def test_ranks_outside_mesh_run_ops_and_pipeline_grads_equal_dense():
         # the seed patch is what lets a non-member's backward run: reverted, Paddle's seed fails
         assert "Place(cpu) != dst_place:Place(no_device:0)" in res["unpatched_backward"], res["unpatched_backward"]
     np.testing.assert_array_equal(ranks[0]["matmul"]["local"], np.full((2, 4), 6.0, "float32"))
+    for rank, res in enumerate(ranks):
+        cmp = res["compare"]
+        assert cmp["mesh"] == [1] and cmp["shape"] == [4, 1] and cmp["dtype"] == "paddle.bool", cmp
+    np.testing.assert_array_equal(ranks[1]["compare"]["local"], [[False], [True], [True], [False]])
+    assert "Place(cpu) != dst_place:Place(no_device:0)" in ranks[0]["unpatched_compare"], ranks[0]["unpatched_compare"]
+    assert ranks[1]["unpatched_compare"] == "[4, 1]"  # a member never needed the patch
 
     want = om.dense()
     assert ranks[0]["loss_mesh"] == ranks[1]["loss_mesh"] == [1]

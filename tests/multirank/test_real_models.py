@@ -2,10 +2,10 @@
 library's own path, losses against the dense single-process model (max relative diff <= 1e-5).
 
 The dense reference is GPT's non-auto class; Qwen and DeepSeek-V2 have no matching non-auto
-twin, theirs is the auto class on one process by Paddle alone. This is the CI tier (about 1.5
+twin, theirs is the auto class on one process by Paddle alone. This is the CI tier (about 2
 minutes on 2 cores): GPT dp2 (install), GPT mp2 (alone and
 enable), GPT dp2 to_static with enable(), Qwen mp2 with enable(), DeepSeek-V2 on one process with
-enable(). The whole matrix (10 plans x dygraph/to_static x 3 modes x 3 models, 1/2/4 ranks) runs
+enable(), GPT pp2 by annotation with install(ranks_outside_mesh=True) (Paddle alone: SIGSEGV). The whole matrix (10 plans x dygraph/to_static x 3 modes x 3 models, 1/2/4 ranks) runs
 with ``paddle-ext compat --models``; its table is in docs/compatibility.md ("Real models").
 
 PaddleNLP comes with the ``models`` extra; without it these tests fail (never skip) and say how
@@ -85,3 +85,12 @@ def test_deepseek_v2_moe_one_process_with_enable_matches_dense(dense, tmp_path):
     # run the same MoE model (gate, dispatch, experts, shared expert) in the same process state
     res = _train("deepseek_v2", "single", "enable", "dygraph", tmp_path)
     _assert_matches(dense("deepseek_v2"), res, 1)
+
+
+def test_gpt_pipeline_by_annotation_with_ranks_outside_mesh_matches_dense(dense, tmp_path):
+    # every rank runs the whole forward, each layer on its stage's sub-mesh; Paddle alone dies with
+    # SIGSEGV on the rank outside a layer's mesh (the matrix's pp2 cells); the opt-in fix runs it
+    res = _train("gpt", "pp2", rm.OUTSIDE_MODE, "dygraph", tmp_path)
+    _assert_matches(dense("gpt"), res, 2)
+    # the loss lives on the last stage's mesh: rank 1 holds it, rank 0 ran stage 0 and the rest empty
+    assert res[0]["losses"] is None and res[1]["losses"] is not None
