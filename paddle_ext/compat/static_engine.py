@@ -35,6 +35,10 @@ revertible like :mod:`.fixes`:
   meshes segfaults in ``GetDefaultPlace``. During ``init_pir`` such a reshard returns the
   parameter unchanged (the rank holds nothing of it, which is what Paddle expects).
 
+Plain ``paddle_ext.install()`` applies one more, ``static-gloo-rings`` (:data:`RING_FIXES`): a
+dense program whose collectives use two rings or more (dp x mp) runs them on the same gloo ops,
+since Paddle's kernels would run them all on the first communicator, silently wrong.
+
 The gloo ops and communicators are :mod:`.static_collectives`, the pipeline-pass registry
 :mod:`.pipeline_registry`, the ``core.Plan`` an adapter's pass hands Paddle :mod:`.static_plan`.
 paddle-ext's own schedules register themselves there (``passes/static``,
