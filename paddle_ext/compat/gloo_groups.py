@@ -15,11 +15,22 @@ scheduling: 2 of 7 4-rank static launches failed so.
 The fix gives each gloo group a TCPStore hosted by its rank 0 on a free port, published in the
 global store under a key naming the group; no member can read what an earlier group wrote.
 Applied by ``paddle_ext.install()`` (see docs/static_engine.md, "Gloo groups at start-up").
+
+A store's server runs on a daemon thread that outlives the interpreter: it is still serving during
+the C library's exit, after glog's globals are destroyed. Its read callback logs a peer's
+disconnect through ``VLOG(5)``, whose call site initialises itself on first use under a glog mutex,
+so a *first* disconnect that arrives while the host process exits aborts it (SIGABRT from
+``google::InitVLOG3__`` in ``LibUVClient::readCallback``, seen on rank 0 after every rank had
+returned its result, about 1 launch in 10 of the demo). :func:`_initialise_disconnect_logging`
+connects to each store this module starts and hangs up, cleanly and by reset, while the process
+is healthy, so both disconnect sites are initialised before anyone exits.
 """
 from __future__ import annotations
 
 import os
 import socket
+import struct
+import time
 
 from ..errors import CompatError
 from .version import require_paddle
@@ -55,6 +66,7 @@ def group_store(store, group_id: int, group_name: str, rank: int, size: int):
             store.set(key, "error: " + "; ".join(errors))
             raise CompatError(f"gloo group {group_name} (id {group_id}): could not start its rendezvous store "
                               f"on {host}: {'; '.join(errors)}")
+        _initialise_disconnect_logging(host, port)
         store.set(key, f"{host}:{port}")
     else:
         value = bytes(store.get(key)).decode()
@@ -65,6 +77,20 @@ def group_store(store, group_id: int, group_name: str, rank: int, size: int):
         own = core.TCPStore(host, int(port), False, 0, GROUP_STORE_TIMEOUT)
     _GROUP_STORES[(group_name, int(group_id))] = own
     return own
+
+
+def _initialise_disconnect_logging(host: str, port: int) -> None:
+    """Hang up on the store at ``host:port`` twice, by FIN and by RST (the read callback's two
+    disconnect branches), so its log sites are initialised now and not during exit (module doc).
+    Best effort: a failed connection here changes nothing the rendezvous needs."""
+    for reset in (False, True):
+        try:
+            with socket.create_connection((host, port), timeout=5) as conn:
+                if reset:
+                    time.sleep(0.05)  # let the server accept first, so the reset reaches a read
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
 
 
 def _gloo_group_store_apply():
