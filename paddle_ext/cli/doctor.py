@@ -40,14 +40,16 @@ def collect() -> dict:
         "device_count": paddle.device.cuda.device_count() if gpu else 0,
     })
     report["backend"] = "nccl" if gpu else "gloo"
+    from ..compat.static_engine import RING_FIXES, install_rings
+
     fixes = {}
-    for name, fix in FIXES.items():
+    for name, fix in {**FIXES, **RING_FIXES}.items():   # what paddle_ext.install() applies
         try:
             needed = fix.needed()
             fixes[name] = {"summary": fix.summary, "needed": needed}
         except Exception as exc:  # noqa: BLE001 - report every probe
             fixes[name] = {"summary": fix.summary, "needed": None, "error": f"{type(exc).__name__}: {exc}"}
-    applied = install() if supported else []
+    applied = install() + install_rings() if supported else []
     for name in fixes:
         fixes[name]["applied"] = name in applied
     report["compat_fixes"] = fixes
