@@ -36,3 +36,9 @@ class CompatError(PaddleExtError, RuntimeError):
 
 class HarnessError(PaddleExtError, RuntimeError):
     """A multi-rank run failed: a rank raised, exited, or did not finish in time."""
+
+
+class ValueMismatchError(PaddleExtError, AssertionError):
+    """A value written into a tensor does not fit it (shape, dtype or type). Raised where
+    paddle-ext checks in Paddle's place (``Tensor.set_value`` on a rank outside the tensor's
+    mesh); an ``AssertionError`` too, as Paddle's own check is on the other ranks."""

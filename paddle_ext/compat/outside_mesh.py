@@ -12,6 +12,9 @@ an empty list. The fix has two parts:
 * Python: ``Tensor.backward`` on a loss whose mesh excludes this rank, called without a
   ``grad_tensor``, passes a ones seed sharded like the loss (Paddle's own seed is made at the
   loss's place, which has no memory: "Dst place Place(cpu) != Place(no_device:0)").
+* Python: ``Tensor.set_value`` (and so ``Layer.set_state_dict``) into such a DistTensor checks
+  the value's type, shape and dtype as Paddle does on the other ranks and writes nothing: the
+  rank holds no local data (Paddle's copy fails: "memory's size is 0").
 * Python: a comparison of such a DistTensor with a Python number (``label != ignore_index`` in
   ``cross_entropy``, on every rank that is not the last stage's) compares with
   ``paddle.full_like(x, number)``, a DistTensor on ``x``'s mesh, because Paddle makes the number a
@@ -28,11 +31,12 @@ way to unregister one type). docs/compatibility.md, "Ranks outside a mesh".
 """
 from __future__ import annotations
 
+import numpy as np
 import paddle
 import paddle.distributed as dist
 from paddle.base import core
 
-from ..errors import CompatError
+from ..errors import CompatError, ValueMismatchError
 from . import cpp_build   # imports Paddle; only install(ranks_outside_mesh=True) imports this module
 from .fixes import Fix, apply_fixes, revert_fixes
 from .version import require_paddle
@@ -119,8 +123,37 @@ def _comparison(original):
     return compare
 
 
+def _check_fits(tensor, value) -> None:
+    """Paddle's checks of ``set_value`` (type, global shape, dtype), for a rank outside the mesh."""
+    where = (f"set_value of {tensor.name} (shape {tensor.shape}, {tensor.dtype}) on rank {dist.get_rank()}, "
+             f"outside its mesh")
+    if not isinstance(value, (np.ndarray, paddle.Tensor)):
+        raise ValueMismatchError(f"{where}: the value must be a numpy array or a Tensor, got {type(value).__name__}")
+    if list(value.shape) != list(tensor.shape):
+        raise ValueMismatchError(f"{where}: the value has shape {list(value.shape)}; give the whole tensor's "
+                                 f"shape {tensor.shape}, as on the ranks of the mesh")
+    dtype = str(value.dtype) if isinstance(value, paddle.Tensor) else f"paddle.{np.dtype(value.dtype).name}"
+    if dtype != str(tensor.dtype):
+        raise ValueMismatchError(f"{where}: the value's dtype is {dtype}; cast it to {tensor.dtype}")
+
+
+def _set_value(original):
+    def set_value(self, value, *args, **kwargs):
+        if _outside(self):
+            _check_fits(self, value)
+            return None   # the rank holds no local data of ``self``: nothing to write
+        return original(self, value, *args, **kwargs)
+
+    set_value.__doc__ = original.__doc__
+    set_value.__wrapped__ = original
+    return set_value
+
+
 def _apply():
     patched = _backward_apply()
+    original = paddle.Tensor.set_value
+    paddle.Tensor.set_value = _set_value(original)
+    patched.append((paddle.Tensor, "set_value", original))
     for name in COMPARISONS:
         original = getattr(paddle.Tensor, name)
         setattr(paddle.Tensor, name, _comparison(original))
@@ -132,7 +165,7 @@ FIXES: dict[str, Fix] = {
     f.name: f for f in (
         Fix("ranks-outside-mesh",
             "a rank outside a DistTensor's mesh runs its ops (zero-device type + CPU context; backward seed; "
-            "comparisons with a number)",
+            "set_value; comparisons with a number)",
             _needed, _apply),
     )
 }
@@ -144,5 +177,5 @@ def install() -> list[str]:
 
 
 def uninstall() -> None:
-    """Restore ``Tensor.backward`` and the comparisons (the device type stays registered)."""
+    """Restore ``Tensor.backward``, ``set_value`` and the comparisons (the device type stays registered)."""
     revert_fixes(FIXES)

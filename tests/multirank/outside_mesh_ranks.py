@@ -88,11 +88,30 @@ def with_fix():
     res["compare"] = {"mesh": kept.process_mesh.process_ids, "shape": list(kept.shape), "dtype": str(kept.dtype),
                       "local": kept._local_value().numpy() if rank == 1 else None}
 
-    # uninstall() restores Tensor.backward and the comparisons (the device stays): a non-member's
-    # backward and comparison with a number fail again
+    # set_value / set_state_dict into a layer of stage 1 (loading a checkpoint into a pipeline)
+    lin = paddle.nn.Linear(3, 2)
+    lin.weight = dist.shard_tensor(lin.weight, stage1, rep)
+    lin.bias = dist.shard_tensor(lin.bias, stage1, rep)
+    w = np.arange(6, dtype="float32").reshape(3, 2)
+    lin.weight.set_value(w)
+    lin.set_state_dict({"weight": paddle.to_tensor(w + 1), "bias": paddle.to_tensor(np.ones(2, "float32"))})
+    res["loaded"] = [lin.weight._local_value().numpy(), lin.bias._local_value().numpy()] if rank == 1 else None
+    try:
+        lin.weight.set_value(np.zeros((2, 3), "float32"))   # the wrong shape: every rank refuses alike
+        res["wrong_shape"] = "accepted"
+    except AssertionError as exc:
+        res["wrong_shape"] = f"{type(exc).__name__}: {exc}"
+
+    # uninstall() restores Tensor.backward, set_value and the comparisons (the device stays): a
+    # non-member's backward, set_value and comparison with a number fail again
     from paddle_ext.compat import outside_mesh
 
     outside_mesh.uninstall()
+    try:
+        lin.weight.set_value(w)
+        res["unpatched_set_value"] = "ok"
+    except RuntimeError as exc:
+        res["unpatched_set_value"] = str(exc)
     try:
         res["unpatched_compare"] = str(list((labels != 0).shape))
     except RuntimeError as exc:

@@ -5,9 +5,12 @@ On Paddle 3.3.1 CPU, any op on a DistTensor whose mesh excludes this rank dies w
 
 * a matmul on mesh [0] runs on both ranks; rank 1's output has the global shape, mesh [0], [R]
   and no local data; rank 0's has the dense values;
-* ``uninstall()`` restores ``Tensor.backward`` and the comparisons, and then a non-member's
-  ``loss.backward()`` and ``labels != 0`` fail with Paddle's place error again (both patches are
-  needed and reversible);
+* ``uninstall()`` restores ``Tensor.backward``, ``set_value`` and the comparisons, and then a
+  non-member's ``loss.backward()``, ``set_value`` and ``labels != 0`` fail with Paddle's errors
+  again (the patches are needed and reversible);
+* ``set_value`` and ``set_state_dict`` into a layer of mesh [1] run on rank 0 without writing
+  (rank 1 holds the values); a value of the wrong shape is refused on both ranks alike (an
+  AssertionError: Paddle's on rank 1, paddle-ext's named one on rank 0);
 * ``labels.unsqueeze(1) != 0`` on a tensor of mesh [1] (a causal-LM loss's ignore mask) runs on
   rank 0 too: a bool DistTensor of mesh [1], the right values on rank 1;
 * a 2-stage model annotated for pipeline parallelism (every rank runs the whole forward, stage 0
@@ -43,6 +46,13 @@ def test_ranks_outside_mesh_run_ops_and_pipeline_grads_equal_dense():
     np.testing.assert_array_equal(ranks[1]["compare"]["local"], [[False], [True], [True], [False]])
     assert "Place(cpu) != dst_place:Place(no_device:0)" in ranks[0]["unpatched_compare"], ranks[0]["unpatched_compare"]
     assert ranks[1]["unpatched_compare"] == "[4, 1]"  # a member never needed the patch
+    # set_value and set_state_dict: the member holds the values, the non-member ran without writing
+    np.testing.assert_array_equal(ranks[1]["loaded"][0], np.arange(6, dtype="float32").reshape(3, 2) + 1)
+    np.testing.assert_array_equal(ranks[1]["loaded"][1], np.ones(2, "float32"))
+    assert ranks[0]["wrong_shape"].startswith("ValueMismatchError: set_value of") and "[3, 2]" in ranks[0]["wrong_shape"]
+    assert ranks[1]["wrong_shape"].startswith("AssertionError: ")   # Paddle's own check on the member
+    assert "memory's size is 0" in ranks[0]["unpatched_set_value"], ranks[0]["unpatched_set_value"]
+    assert ranks[1]["unpatched_set_value"] == "ok"
 
     want = om.dense()
     assert ranks[0]["loss_mesh"] == ranks[1]["loss_mesh"] == [1]
