@@ -4,8 +4,9 @@ program's collectives into paddle-ext's ring-aware gloo ops.
 Why (the C++ source says it at length, ``paddle_ext/csrc/gloo_ops.cc``): on CPU every static
 collective kernel uses the communicator of the first collective the process built, and
 ``send_v2``/``recv_v2`` have no CPU kernel. :func:`lower_collectives` rewrites ``send_v2``,
-``recv_v2``, ``all_reduce``, ``all_gather`` and ``broadcast`` into ``pe_gloo_*`` ops that look
-their communicator up by name when they run.
+``recv_v2``, ``all_reduce``, ``all_gather``, ``broadcast`` and ``reduce_scatter`` (the ZeRO
+gradient reshard, Partial -> Shard; no CPU kernel at all) into ``pe_gloo_*`` ops that look their
+communicator up by name when they run.
 
 Communicators are named by their ordered ranks (:func:`comm_key`), never by ring id (Paddle
 numbers static groups in a rank-dependent order), and every rank creates its own in one global
@@ -93,7 +94,9 @@ def create_communicators() -> list:
 # phi ReduceType (kRedSum, kRedMax, kRedMin, kRedProd) -> GlooCommContext's ReduceOp
 _GLOO_REDUCE = {0: 0, 1: 2, 2: 3, 3: 4}
 COLLECTIVES = ("pd_op.send_v2", "pd_op.recv_v2", "pd_op.all_reduce", "pd_op.all_reduce_", "pd_op.all_gather",
-               "pd_op.broadcast", "pd_op.broadcast_")
+               "pd_op.broadcast", "pd_op.broadcast_", "pd_op.reduce_scatter")
+#: collectives Paddle has no CPU kernel for (send/recv aside): lowered even on a single ring
+NO_CPU_KERNEL = ("pd_op.reduce_scatter",)
 #: what a program keeps until the pipeline pass has classified its jobs by op name
 NOT_P2P = tuple(n for n in COLLECTIVES if n not in ("pd_op.send_v2", "pd_op.recv_v2"))
 
@@ -136,6 +139,8 @@ def lower_collectives(program, rank: int, names=COLLECTIVES, ops=None) -> dict:
                     new = ops.pe_gloo_all_reduce(x, ring, _GLOO_REDUCE[attrs["reduce_type"]])
                 elif name == "pd_op.all_gather":
                     new = ops.pe_gloo_all_gather(x, ring, attrs["nranks"])
+                elif name == "pd_op.reduce_scatter":  # sum only (Paddle's static P -> S asserts it)
+                    new = ops.pe_gloo_reduce_scatter(x, ring, attrs["nranks"])
                 else:
                     new = ops.pe_gloo_broadcast(x, ring, attrs["root"])
                 op.result(0).replace_all_uses_with(new)

@@ -10,7 +10,8 @@ revertible like :mod:`.fixes`:
   to the *first* collective it builds (``SetDeviceCommContext``: "if (!dev_ctx->GetCommContext())"),
   so all rings of a process silently share one communicator. After the Engine has built what it
   runs (the pipeline plan's job programs, else the dense program), every ``send_v2``,
-  ``recv_v2``, ``all_reduce``, ``all_gather`` and ``broadcast`` is rewritten into a small C++
+  ``recv_v2``, ``all_reduce``, ``all_gather``, ``broadcast`` and ``reduce_scatter`` (ZeRO's
+  gradient reshard, which has no CPU kernel either) is rewritten into a small C++
   op (built once with ``paddle.utils.cpp_extension``, cached) that looks its ring up in
   ``CommContextManager`` when it runs. Communicators are named by their ordered ranks, not by
   ring id (Paddle numbers static groups in a rank-dependent order, so two groups can share an
@@ -37,7 +38,8 @@ revertible like :mod:`.fixes`:
 
 Plain ``paddle_ext.install()`` applies one more, ``static-gloo-rings`` (:data:`RING_FIXES`): a
 dense program whose collectives use two rings or more (dp x mp) runs them on the same gloo ops,
-since Paddle's kernels would run them all on the first communicator, silently wrong.
+since Paddle's kernels would run them all on the first communicator, silently wrong; so does a
+program with a ``reduce_scatter`` (ZeRO's gradient reshard), which has no CPU kernel at all.
 
 The gloo ops and communicators are :mod:`.static_collectives`, the pipeline-pass registry
 :mod:`.pipeline_registry`, the ``core.Plan`` an adapter's pass hands Paddle :mod:`.static_plan`.
@@ -60,8 +62,8 @@ import paddle
 from ..errors import ScheduleError
 from .fixes import Fix, _cpu_only, apply_fixes, revert_fixes
 from .pipeline_registry import PASS_PREFIX, registered_pipeline_passes, resolve_schedule_mode
-from .static_collectives import (NOT_P2P, collective_rings, create_communicators, eager_barrier, engine_programs,
-                                 load_gloo_ops, lower_collectives, lower_engine_collectives)
+from .static_collectives import (NO_CPU_KERNEL, NOT_P2P, collective_rings, create_communicators, eager_barrier,
+                                 engine_programs, load_gloo_ops, lower_collectives, lower_engine_collectives)
 from .version import require_paddle
 
 logger = logging.getLogger("paddle_ext.static")
@@ -300,16 +302,18 @@ STATIC_FIXES: dict[str, Fix] = {
 }
 
 
-# ------------------------------------------- plain install(): programs on two rings or more
+# ------------------------- plain install(): programs on two rings or more, or with a reduce_scatter
 def _rings_apply():
     """``static-gloo-rings`` (plain ``paddle_ext.install()``): a dense program whose collectives
-    use two rings or more (dp x mp: [0, 2] and [0, 1] on rank 0) runs them on the gloo ops.
+    use two rings or more (dp x mp: [0, 2] and [0, 1] on rank 0), or that has a collective with
+    no CPU kernel (:data:`NO_CPU_KERNEL`: ZeRO's ``reduce_scatter``), runs them on the gloo ops.
 
     Paddle's CPU kernels would run them all on the one communicator the process bound first
     (module doc, ``static-gloo-collectives``), silently: on dp2 x mp2 the dp gradient all_reduce
-    and the loss's all_gather ran on the mp ring. A program on one ring keeps Paddle's kernels
-    (the op library is built and loaded only when needed); send/recv stay Paddle's (they throw on
-    CPU: pipelines need ``install(static_engine=True)``). With ``static-gloo-collectives``
+    and the loss's all_gather ran on the mp ring. A program on one ring and without a
+    ``reduce_scatter`` keeps Paddle's kernels (the op library is built and loaded only when
+    needed); send/recv stay Paddle's (they throw on CPU: pipelines need
+    ``install(static_engine=True)``). With ``static-gloo-collectives``
     applied this fix does nothing."""
 
     Engine = importlib.import_module(ENGINE_MODULE).Engine
@@ -320,8 +324,9 @@ def _rings_apply():
         if (STATIC_FIXES["static-gloo-collectives"].is_applied() or getattr(self, "_nranks", 1) <= 1
                 or not _cpu_only()):
             return result
-        rings = collective_rings(engine_programs(self, mode))
-        if len(rings) > 1:
+        programs = engine_programs(self, mode)
+        rings = collective_rings(programs)
+        if len(rings) > 1 or collective_rings(programs, names=NO_CPU_KERNEL):
             load_gloo_ops()
             counts = lower_engine_collectives(self, mode, names=NOT_P2P)
             self._paddle_ext_rings = True
@@ -346,8 +351,9 @@ def _rings_apply():
 #: applied by plain ``paddle_ext.install()`` (:func:`install_rings`), not by ``install_static()``
 RING_FIXES: dict[str, Fix] = {
     "static-gloo-rings": Fix("static-gloo-rings",
-                             "a dense static program on two rings or more runs its collectives on ring-aware gloo "
-                             "ops (Paddle's CPU kernels share the first communicator)", _cpu_only, _rings_apply),
+                             "a dense static program on two rings or more, or with a reduce_scatter, runs its "
+                             "collectives on ring-aware gloo ops (Paddle's CPU kernels share the first "
+                             "communicator; reduce_scatter has none)", _cpu_only, _rings_apply),
 }
 
 

@@ -9,7 +9,12 @@
 //
 // Built by paddle_ext/compat/cpp_build.py (piece "gloo_ops") against the installed Paddle's
 // headers; used by paddle_ext/compat/static_collectives.py, which rewrites a program's
-// send_v2/recv_v2/all_reduce/all_gather/broadcast into the pe_gloo_* ops below.
+// send_v2/recv_v2/all_reduce/all_gather/broadcast/reduce_scatter into the pe_gloo_* ops below.
+//
+// reduce_scatter: the wheel exports no gloo reduce-scatter (GlooCommContext has none), so the op
+// all-reduces the whole tensor and keeps this rank's block of dim 0 (block i for the i-th member
+// of the ring, as Paddle's kernel). The sum is the all_reduce's, so the block is exact; the
+// traffic is an all_reduce's rather than a reduce-scatter's.
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -29,7 +34,7 @@ namespace distributed {
 class GlooCommContext : public CommContext {
  public:
   void Broadcast(phi::DenseTensor* out, const phi::DenseTensor& in, int root, uint32_t tag);
-  void AllReduce(phi::DenseTensor* out, const phi::DenseTensor& in, int reduce_type, uint32_t tag);
+  void AllReduce(phi::DenseTensor* out, const phi::DenseTensor& in, int reduce_type, uint32_t tag);  // 0: sum
   void AllGather(phi::DenseTensor* out, const phi::DenseTensor& in, uint32_t tag);
   void Send(const phi::DenseTensor& in, int dst, uint32_t tag);
   void Recv(phi::DenseTensor* out, int src, uint32_t tag);
@@ -126,6 +131,18 @@ std::vector<paddle::Tensor> AllGather(const paddle::Tensor& x, const std::string
   Call("all_gather", ring_id, [&] { Ring(ring_id)->AllGather(Dense(out), *Dense(x), 0); });
   return {out};
 }
+std::vector<paddle::Tensor> ReduceScatter(const paddle::Tensor& x, const std::string& ring_id, int nranks) {
+  auto* ring = Ring(ring_id);
+  auto shape = x.shape();
+  PD_CHECK(!shape.empty() && nranks == ring->GetSize() && shape[0] % nranks == 0,
+           "paddle-ext gloo reduce_scatter on ring ", ring_id, ": dim 0 of the input (",
+           shape.empty() ? 0 : shape[0], ") must split evenly over ", nranks, " ranks, the ring's size (",
+           ring->GetSize(), ")");
+  auto sum = paddle::empty(shape, x.dtype(), x.place());
+  Call("reduce_scatter", ring_id, [&] { ring->AllReduce(Dense(sum), *Dense(x), 0, 0); });  // 0: sum
+  int64_t block = shape[0] / nranks, first = block * ring->GetRank();
+  return {sum.slice(first, first + block).copy_to(x.place(), true)};
+}
 std::vector<paddle::Tensor> Broadcast(const paddle::Tensor& x, const std::string& ring_id, int root) {
   auto out = paddle::empty(x.shape(), x.dtype(), x.place());
   Call("broadcast", ring_id, [&] { Ring(ring_id)->Broadcast(Dense(out), *Dense(x), root, 0); });
@@ -139,6 +156,11 @@ std::vector<std::vector<int64_t>> GatherShape(const std::vector<int64_t>& x, con
   if (!s.empty() && s[0] > 0) s[0] *= nranks;
   return {s};
 }
+std::vector<std::vector<int64_t>> ScatterShape(const std::vector<int64_t>& x, const std::string& ring_id, int nranks) {
+  auto s = x;
+  if (!s.empty() && s[0] > 0) s[0] /= nranks;
+  return {s};
+}
 std::vector<paddle::DataType> SameType(const paddle::DataType& t) { return {t}; }
 
 #define PE_OP(name, fn, attr, shape)                                              \
@@ -150,3 +172,4 @@ PE_OP(pe_gloo_recv, Recv, "peer: int", SameShape);
 PE_OP(pe_gloo_all_reduce, AllReduce, "reduce_op: int", SameShape);
 PE_OP(pe_gloo_all_gather, AllGather, "nranks: int", GatherShape);
 PE_OP(pe_gloo_broadcast, Broadcast, "root: int", SameShape);
+PE_OP(pe_gloo_reduce_scatter, ReduceScatter, "nranks: int", ScatterShape);

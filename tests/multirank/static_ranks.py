@@ -6,7 +6,9 @@ reference (:func:`dense_losses`) trains the very same numbers. A config is a pla
 * ``model``: "mlp" (Linear+ReLU blocks) or "transformer" (pre-norm attention + MLP blocks);
 * ``layer_meshes``: for PP, the stage (mesh index) of each block, e.g. [0, 0, 1, 1];
 * ``schedule``, ``acc`` (micro-batches), ``vpp`` (chunks per rank), ``steps``;
-* ``tp``/``dp``: tensor / data parallel degree (mesh ``[dp, tp]`` per stage).
+* ``tp``/``dp``: tensor / data parallel degree (mesh ``[dp, tp]`` per stage);
+* ``optimizer``: "sgd" (default) or "adamw"; ``zero``: 1, 2 or 3 shards it on "dp"
+  (``dist.shard_optimizer`` with ``ShardingStage<zero>``; one stage only).
 """
 from __future__ import annotations
 
@@ -62,6 +64,14 @@ def _block_forward(F, model, p, i, h, shard=None):
     return h + paddle.matmul(F.gelu(paddle.matmul(x, p[f"b{i}.up"])), p[f"b{i}.down"])
 
 
+def _optimizer(cfg, parameters):
+    import paddle
+
+    if cfg.get("optimizer", "sgd") == "adamw":
+        return paddle.optimizer.AdamW(cfg.get("lr", 0.01), parameters=parameters)
+    return paddle.optimizer.SGD(cfg.get("lr", 0.1), parameters=parameters)
+
+
 def _set_hidden(cfg):
     """The hidden width for this config (module-wide: one config runs at a time per process)."""
     global HIDDEN
@@ -69,7 +79,8 @@ def _set_hidden(cfg):
 
 
 def dense_losses(cfg):
-    """Single-process reference: the full batch per step (= mean over micro-batches), SGD."""
+    """Single-process reference: the full batch per step (= mean over micro-batches), the
+    config's optimizer unsharded."""
     import paddle
 
     _set_hidden(cfg)
@@ -79,7 +90,7 @@ def dense_losses(cfg):
     steps, batch = cfg["steps"], cfg.get("batch", BATCH)
     w = {k: paddle.create_parameter(v.shape, "float32", default_initializer=paddle.nn.initializer.Assign(v))
          for k, v in _weights(model, n).items()}
-    opt = paddle.optimizer.SGD(cfg.get("lr", 0.1), parameters=list(w.values()))
+    opt = _optimizer(cfg, list(w.values()))
     xs, ys = _data(steps, batch, model)
     losses = []
     for s in range(steps):
@@ -187,7 +198,9 @@ def _build(cfg):
             return len(self.x)
 
     net = Net()
-    opt = paddle.optimizer.SGD(cfg.get("lr", 0.1), parameters=net.parameters())
+    opt = _optimizer(cfg, net.parameters())
+    if cfg.get("zero"):
+        opt = dist.shard_optimizer(opt, getattr(dist, f"ShardingStage{cfg['zero']}")("dp", meshes[0]))
     loader = paddle.io.DataLoader(Data(), batch_size=cfg.get("batch", BATCH), shuffle=False)
     first, last = meshes[meshes_of[0]], meshes[meshes_of[-1]]
     shard_dims = "dp"  # also for dp == 1: a rank outside the data meshes needs a named dim (ShardDataloader)
