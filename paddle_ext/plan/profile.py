@@ -213,6 +213,7 @@ def build_profile(gemms, nproc: int, model_config: dict, timeout: float = 600.0,
         "memory": {"process_base_bytes": max(r["process_base_bytes"] for r in ranks)},
     }
     data["pipeline"] = {"action_s": measure_pipeline_action(data, model_config, timeout)}
+    data["pipeline"]["split_extra_s"] = measure_split_backward(data, model_config, timeout)
     return data
 
 
@@ -239,4 +240,34 @@ def measure_pipeline_action(data: dict, model_config: dict, timeout: float) -> f
     return max((steps[4] - steps[1]) / 3 - compute, 0.0) / 2
 
 
-__all__ = ["build_profile", "measure_matmuls", "measure_elementwise", "profile_rank"]
+def measure_split_backward(data: dict, model_config: dict, timeout: float) -> float:
+    """Seconds a split backward (I then W) costs beyond its compute and two runtime actions: the
+    demo's ``pp2`` plan with ZBH1 at 4 microbatches on 2 ranks, and the extra cost per W that
+    makes this profile's prediction of that plan equal its measured step (bisection; 0 when the
+    plan measures no slower than predicted without it). Splitting can cost more than one action
+    where the backward's two halves each walk the autograd graph."""
+    from .candidates import Candidate
+    from .model_desc import gpt_family
+    from .predict import predict
+    from .profile_data import Profile
+    from .runner import run_candidate
+
+    cfg = dict(model_config)
+    model = gpt_family(cfg["d_model"], cfg["n_heads"], cfg["d_ff"], cfg["seq_len"], cfg["vocab"], cfg["n_layers"])
+    c = Candidate(pp=2, schedule="ZBH1", microbatches=4, batch=8)
+    measured = run_candidate(c, cfg, steps=6, timeout=timeout)["measured_step_s"]
+
+    def predicted(extra: float) -> float:
+        trial = {**data, "pipeline": {**data["pipeline"], "split_extra_s": extra}}
+        return predict(model, c, Profile.from_json(trial), 2).step_s
+
+    low, high = 0.0, measured
+    if predicted(low) >= measured:
+        return 0.0
+    for _ in range(40):
+        mid = (low + high) / 2
+        low, high = (mid, high) if predicted(mid) < measured else (low, mid)
+    return low
+
+
+__all__ = ["build_profile", "measure_split_backward", "measure_matmuls", "measure_elementwise", "profile_rank"]

@@ -14,7 +14,8 @@ one by hand for hardware they do not have (``examples/profiles/h100_8x_published
                   reduce_scatter, p2p
 ``inter_node``    the same as ``collectives`` for groups that span nodes (``--nodes`` > 1)
 ``memory``        ``{"process_base_bytes"}``: a rank's memory before the model (runtime, libraries)
-``pipeline``      ``{"action_s"}``: what a pipeline runtime adds per action beyond compute (0 if absent)
+``pipeline``      ``{"action_s", "split_extra_s"}``: what a pipeline runtime adds per action beyond
+                  compute, and per split backward beyond its two actions (each 0 if absent)
 
 A time is ``alpha + size * rate``. A lookup that the profile cannot answer raises
 :class:`~.errors.ProfileError` naming what is missing and how to measure it.
@@ -115,6 +116,10 @@ class Profile:
     def pipeline_action_s(self) -> float:
         """Seconds a pipeline runtime adds per F (and per backward, split I + W) beyond compute."""
         return float((self.data.get("pipeline") or {}).get("action_s", 0.0))
+
+    def pipeline_split_extra_s(self) -> float:
+        """Seconds a split backward (I then W) costs beyond its compute and two actions (0 if absent)."""
+        return float((self.data.get("pipeline") or {}).get("split_extra_s", 0.0))
 
     def dist_op_s(self) -> float:
         return float((self.data.get("dispatch") or {}).get("dist_op_s", 0.0))

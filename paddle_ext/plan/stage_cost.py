@@ -14,7 +14,8 @@ Per op of the stage's layers, at the microbatch a plan gives each rank
   gradients); with it two all-gathers and two reduce-scatters forward, the same backward; the
   head gathers the sequence once. Bytes are the reshard planner's for that tensor on a ``tp`` mesh;
 * in a pipeline, the profile's ``pipeline.action_s`` per action: F, the full backward B, and each
-  of a split backward's I and W (so splitting the backward costs one action more).
+  of a split backward's I and W (so splitting the backward costs one action more), and the
+  profile's ``pipeline.split_extra_s`` on each W (what else a split backward costs here).
 
 >>> from .model_desc import gpt_family
 >>> from .candidates import Candidate
@@ -218,13 +219,14 @@ def stage_costs(model: ModelDesc, c: Candidate, profile: Profile, comm: Optional
                 cost.parts[part] = cost.parts.get(part, 0.0) + value
             cost.activation_bytes += one.activation_bytes
             cost.comm_max_bytes = max(cost.comm_max_bytes, one.comm_max_bytes)
-        if c.pp > 1 and profile.pipeline_action_s():
-            a = profile.pipeline_action_s()
-            # F and B are one action each; a split backward is two (I and W), each one action
-            cost.add("pipeline runtime", a, a / 2, a / 2)
-            cost.backward_input += a / 2
+        if c.pp > 1 and (profile.pipeline_action_s() or profile.pipeline_split_extra_s()):
+            a, extra = profile.pipeline_action_s(), profile.pipeline_split_extra_s()
+            # F and B are one action each; a split backward is two (I and W), each one action,
+            # and W carries what splitting costs beyond that (B, the unsplit backward, does not)
+            cost.add("pipeline runtime", a, a / 2, a / 2 + extra)
+            cost.backward_input += a / 2   # the other half of each one's action (parts count B's one)
             cost.backward_weight += a / 2
-            cost.runtime_s = a
+            cost.runtime_s = a + extra
         out.append(cost)
     return out
 

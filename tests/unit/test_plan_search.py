@@ -22,7 +22,7 @@ from paddle_ext.plan.model_desc import gpt_family
 from paddle_ext.plan.predict import live_activation_peaks, predict
 from paddle_ext.plan.profile_data import COLLECTIVE_KINDS, Profile
 from paddle_ext.plan.search import search, to_json
-from paddle_ext.plan.stage_cost import reshard_bytes
+from paddle_ext.plan.stage_cost import reshard_bytes, stage_costs
 
 TINY = gpt_family(hidden=4, heads=2, ffn=8, seq=2, vocab=4, layers=1)
 PARAMS, TENSORS = 212, 13
@@ -137,6 +137,25 @@ def test_a_split_backward_costs_one_runtime_action_more():
     one = predict(TINY, Candidate(pp=2, schedule="1F1B", microbatches=4, batch=4), prof)
     assert one.step_s == pytest.approx(2 * 5)
     assert zb.step_s >= 3 * 4 and zb.step_s > one.step_s
+
+
+def test_split_extra_is_charged_to_w_only():
+    # compute free, 1 s per action and 2 s more per split backward: on each stage F = 1, I = 1/2 + ...
+    # as before, W = 1/2 + 2 more; the unsplit backward B is unchanged (1F1B's step as without it)
+    free = {"alpha_s": 0.0, "s_per_byte": 0.0}
+    base = dict(matmul={"rate_flops_per_s": 1e30}, optimizer={},
+                collectives={k: {"any": free} for k in COLLECTIVE_KINDS})
+    plain = unit_profile(pipeline={"action_s": 1.0}, **base)
+    split = unit_profile(pipeline={"action_s": 1.0, "split_extra_s": 2.0}, **base)
+    one_f1b = Candidate(pp=2, schedule="1F1B", microbatches=4, batch=4)
+    assert predict(TINY, one_f1b, split).step_s == pytest.approx(predict(TINY, one_f1b, plain).step_s)
+    zb = Candidate(pp=2, schedule="ZBH1", microbatches=4, batch=4)
+    before, after = stage_costs(TINY, zb, plain, None)[0], stage_costs(TINY, zb, split, None)[0]
+    assert after.backward_weight == pytest.approx(before.backward_weight + 2.0)
+    assert after.backward_input == pytest.approx(before.backward_input)
+    assert after.full_backward == pytest.approx(before.full_backward)
+    # every rank runs 4 W: the step grows by at least the 8 s of the busiest rank's extra work
+    assert predict(TINY, zb, split).step_s >= predict(TINY, zb, plain).step_s + 8 - 1e-9
 
 
 @pytest.mark.parametrize("name,pp,m", [("1F1B", 4, 8), ("ZBH2", 4, 8), ("ZBV", 2, 4), ("VPP", 2, 4), ("FThenB", 3, 5)])
