@@ -10,7 +10,8 @@
   (all ranks busy at once, as in a plan), point-to-point send/recv, one AdamW step over
   distributed parameters, and the rank's memory after all that (the process base);
 * the pipeline runtime's cost per action beyond compute: the demo's ``pp2`` plan at 1 and at 4
-  microbatches on 2 ranks (:func:`measure_pipeline_action`).
+  microbatches on 2 ranks (:func:`measure_pipeline_action`), and what a split backward costs
+  beyond its two actions: ``pp2`` with ZBH1 at 4 microbatches (:func:`measure_split_backward`).
 
 Each collective is timed at three sizes and fitted against the reshard planner's bytes for that
 transition, so ``alpha + s_per_byte * planner bytes`` is what the step model reads back.
@@ -22,8 +23,12 @@ import platform
 import statistics
 import time
 
-from .profile_data import fit_line, gemm_key
-from .stage_cost import reshard_bytes
+from .candidates import Candidate
+from .model_desc import gpt_family
+from .predict import predict
+from .profile_data import Profile, fit_line, gemm_key
+from .runner import run_candidate
+from .stage_cost import reshard_bytes, stage_costs
 
 COLLECTIVE_SIZES = (256, 16384, 131072)       # float32 elements
 ELEMENTWISE_SIZES = (256, 4096, 65536, 262144)
@@ -102,7 +107,6 @@ def _dispatch_per_op(mesh, model_config: dict, repeats: int) -> float:
     import paddle.distributed as dist
 
     from ..demo.model import Block, GPTConfig
-    from .model_desc import gpt_family
 
     cfg = GPTConfig(**model_config)
     x = paddle.rand([2, cfg.seq_len, cfg.d_model])
@@ -222,11 +226,6 @@ def measure_pipeline_action(data: dict, model_config: dict, timeout: float) -> f
     its compute: the demo's ``pp2`` plan with 1F1B run at 1 and at 4 microbatches on 2 ranks.
     1F1B on 2 stages takes ``(m + 1)`` times one stage's F + B, so three more microbatches add
     ``3 (F + B + 2 action)``; F + B comes from the rest of this profile."""
-    from .candidates import Candidate
-    from .model_desc import gpt_family
-    from .profile_data import Profile
-    from .runner import run_candidate
-    from .stage_cost import stage_costs
 
     cfg = dict(model_config)
     model = gpt_family(cfg["d_model"], cfg["n_heads"], cfg["d_ff"], cfg["seq_len"], cfg["vocab"], cfg["n_layers"])
@@ -246,11 +245,6 @@ def measure_split_backward(data: dict, model_config: dict, timeout: float) -> fl
     makes this profile's prediction of that plan equal its measured step (bisection; 0 when the
     plan measures no slower than predicted without it). Splitting can cost more than one action
     where the backward's two halves each walk the autograd graph."""
-    from .candidates import Candidate
-    from .model_desc import gpt_family
-    from .predict import predict
-    from .profile_data import Profile
-    from .runner import run_candidate
 
     cfg = dict(model_config)
     model = gpt_family(cfg["d_model"], cfg["n_heads"], cfg["d_ff"], cfg["seq_len"], cfg["vocab"], cfg["n_layers"])
