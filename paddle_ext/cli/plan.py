@@ -169,7 +169,8 @@ def register(subparsers) -> None:
     parser.add_argument("--run", type=int, default=0, metavar="K", help="run the K best plans the demo runner can run")
     parser.add_argument("--pick", choices=("best", "spread"), default="best",
                         help="with --run: the K best plans (default) or K spread evenly over the ranking")
-    parser.add_argument("--steps", type=int, default=6, help="training steps per run plan (default 6)")
+    parser.add_argument("--steps", type=int, default=16,
+                        help="training steps per run plan (default 16: the step is the median of steps 3-16)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--out", default="plan_out", help="directory for plan.json and a measured profile")
     parser.set_defaults(func=run)
