@@ -20,13 +20,21 @@ an empty list. The fix has two parts:
   ``paddle.full_like(x, number)``, a DistTensor on ``x``'s mesh, because Paddle makes the number a
   dense tensor at ``x.place``, which has no memory (the same "Dst place" error). The values are
   the same: the rank holds no local data of either side.
+* Python: ``LocalLayer`` (PaddleNLP's MoE gate, ``LocalGatePart1``) converts only DistTensor
+  inputs to locals and ignores its ``grad_dist_attrs`` for a dense one. A trainable dense
+  tensor (the gate weight, a plain parameter: only ops between DistTensors make a dense input
+  dist, and this one meets only locals) then gets each rank's partial gradient, never summed
+  over the ranks that split the tokens: every rank steps its own copy. The patch first makes
+  such an input a DistTensor replicated on the mesh of its ``grad_dist_attrs`` entry
+  (``dtensor_from_local``, differentiable), so Paddle's own conversion applies the declared
+  gradient placement and the parameter's gradient is the reduced one, the same on every rank.
 
 It changes what the process reports: ``paddle.base.core.get_all_custom_device_type()`` returns
 ``['no_device']`` and ``paddle.distributed.ParallelEnv().device_type`` reads ``'no_device'``.
 So it is applied only on request (``paddle_ext.install(ranks_outside_mesh=True)``), on the build
 it was measured on (Paddle 3.3.1, CPU, no custom device registered), in a rank process (never the
 launcher, which would then take the device for a real one). ``revert()`` restores
-``Tensor.backward``; the registered device type stays for the life of the process (Paddle has no
+what it patched; the registered device type stays for the life of the process (Paddle has no
 way to unregister one type). docs/compatibility.md, "Ranks outside a mesh".
 """
 from __future__ import annotations
@@ -35,6 +43,7 @@ import numpy as np
 import paddle
 import paddle.distributed as dist
 from paddle.base import core
+from paddle.distributed.auto_parallel.local_layer import LocalLayer
 
 from ..errors import CompatError, ValueMismatchError
 from . import cpp_build   # imports Paddle; only install(ranks_outside_mesh=True) imports this module
@@ -149,8 +158,36 @@ def _set_value(original):
     return set_value
 
 
+def _local_layer_call(original):
+    def call(self, *inputs, **kwargs):
+        # (a count that does not match is left to Paddle's own check)
+        if len(inputs) == len(self.grad_dist_attrs) and any(isinstance(x, paddle.Tensor) and x.is_dist()
+                                                            for x in inputs):
+            inputs = tuple(_as_replicated(x, attr) for x, attr in zip(inputs, self.grad_dist_attrs))
+        return original(self, *inputs, **kwargs)
+
+    call.__doc__ = original.__doc__
+    call.__wrapped__ = original
+    return call
+
+
+def _as_replicated(x, attr):
+    """A trainable dense ``x`` declared with a gradient placement: replicated on that mesh."""
+    if attr is None or not isinstance(x, paddle.Tensor) or x.is_dist() or x.stop_gradient:
+        return x
+    mesh = attr[0]
+    if dist.get_rank() not in mesh.process_ids:
+        return x
+    # a copy: given the parameter itself, Paddle makes it the op's output (no longer a leaf), and
+    # the next step's backward fails ("TensorWrappers of DtensorFromLocalGradNode do not exist")
+    return dist.auto_parallel.api.dtensor_from_local(x.clone(), mesh, [dist.Replicate()] * len(mesh.shape))
+
+
 def _apply():
     patched = _backward_apply()
+    original = LocalLayer.__call__
+    LocalLayer.__call__ = _local_layer_call(original)
+    patched.append((LocalLayer, "__call__", original))
     original = paddle.Tensor.set_value
     paddle.Tensor.set_value = _set_value(original)
     patched.append((paddle.Tensor, "set_value", original))
@@ -165,7 +202,7 @@ FIXES: dict[str, Fix] = {
     f.name: f for f in (
         Fix("ranks-outside-mesh",
             "a rank outside a DistTensor's mesh runs its ops (zero-device type + CPU context; backward seed; "
-            "set_value; comparisons with a number)",
+            "set_value; comparisons with a number; LocalLayer's gradient placement for a dense parameter)",
             _needed, _apply),
     )
 }
@@ -177,5 +214,6 @@ def install() -> list[str]:
 
 
 def uninstall() -> None:
-    """Restore ``Tensor.backward``, ``set_value`` and the comparisons (the device type stays registered)."""
+    """Restore ``Tensor.backward``, ``set_value``, the comparisons and ``LocalLayer.__call__`` (the device type
+    stays registered)."""
     revert_fixes(FIXES)

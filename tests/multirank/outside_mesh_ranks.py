@@ -36,6 +36,52 @@ def dense():
     return {"loss": float(loss.numpy()), **{n: p.grad.numpy() for n, p in zip(("emb", "w1", "w2"), params)}}
 
 
+def gate_inputs():
+    """Tokens and a gate weight for the LocalLayer case (the same on every rank and dense)."""
+    rng = np.random.default_rng(1)
+    return rng.standard_normal((4, HIDDEN)).astype("float32"), rng.standard_normal((HIDDEN, 3)).astype("float32")
+
+
+def _gate_loss(paddle, logits):
+    return (logits * logits).mean() + logits.sum(axis=0).max()
+
+
+def dense_gate_grad():
+    """The gate weight's gradient on one process: every token, no DistTensor."""
+    import paddle
+
+    x, w = gate_inputs()
+    w = paddle.to_tensor(w, stop_gradient=False)
+    _gate_loss(paddle, paddle.matmul(paddle.to_tensor(x), w)).backward()
+    return w.grad.numpy()
+
+
+def _local_gate_grads(paddle, dist):
+    """A plain parameter that only a LocalLayer sees (PaddleNLP's MoE gate weight): its gradient
+    is declared Partial(sum) over the ranks that split the tokens; two steps."""
+    from paddle.distributed.auto_parallel.local_layer import LocalLayer
+
+    mesh = dist.ProcessMesh([0, 1], dim_names=["dp"])
+    x, w = gate_inputs()
+
+    class Gate(LocalLayer):
+        def __init__(self):
+            super().__init__([(mesh, [dist.Shard(0)])], [None, (mesh, [dist.Partial(dist.ReduceType.kRedSum)])])
+
+        def forward(self, tokens, weight):
+            return paddle.matmul(tokens, weight)
+
+    weight = paddle.create_parameter(list(w.shape), "float32")
+    weight.set_value(paddle.to_tensor(w))
+    grads = []
+    for _ in range(2):
+        tokens = dist.shard_tensor(paddle.to_tensor(x), mesh, [dist.Shard(0)])
+        _gate_loss(paddle, Gate()(tokens, weight)).backward()
+        grads.append(weight.grad.numpy())
+        weight.clear_gradient()
+    return {"grads": grads, "is_dist": weight.is_dist(), "is_leaf": weight.is_leaf}
+
+
 def _matmul_on_mesh_0(paddle, dist):
     mesh = dist.ProcessMesh([0], dim_names=["x"])
     a = dist.shard_tensor(paddle.full([2, 3], 2.0), mesh, [dist.Replicate()])
@@ -101,6 +147,8 @@ def with_fix():
         res["wrong_shape"] = "accepted"
     except AssertionError as exc:
         res["wrong_shape"] = f"{type(exc).__name__}: {exc}"
+
+    res["local_gate"] = _local_gate_grads(paddle, dist)
 
     # uninstall() restores Tensor.backward, set_value and the comparisons (the device stays): a
     # non-member's backward, set_value and comparison with a number fail again

@@ -16,6 +16,10 @@ On Paddle 3.3.1 CPU, any op on a DistTensor whose mesh excludes this rank dies w
 * a 2-stage model annotated for pipeline parallelism (every rank runs the whole forward, stage 0
   on mesh [0], stage 1 and the loss on mesh [1]) gives the dense model's loss and grads on the
   ranks that own them;
+* a plain parameter that only a ``LocalLayer`` sees (PaddleNLP's MoE gate weight), declared
+  with a Partial(sum) gradient over the ranks that split the tokens: both ranks get the dense
+  gradient of all the tokens, over two steps (Paddle alone leaves each rank its own tokens' part,
+  so data-parallel ranks stepped different gate weights);
 * without the option the same matmul still kills rank 1 as Paddle alone does (the option is
   what makes the difference, and the default changes nothing).
 """
@@ -53,6 +57,13 @@ def test_ranks_outside_mesh_run_ops_and_pipeline_grads_equal_dense():
     assert ranks[1]["wrong_shape"].startswith("AssertionError: ")   # Paddle's own check on the member
     assert "memory's size is 0" in ranks[0]["unpatched_set_value"], ranks[0]["unpatched_set_value"]
     assert ranks[1]["unpatched_set_value"] == "ok"
+
+    want_gate = om.dense_gate_grad()
+    for rank, res in enumerate(ranks):
+        gate = res["local_gate"]
+        assert not gate["is_dist"] and gate["is_leaf"], gate   # the parameter itself is left as it was
+        for grad in gate["grads"]:
+            np.testing.assert_allclose(grad, want_gate, rtol=1e-5, atol=1e-6, err_msg=f"rank {rank}")
 
     want = om.dense()
     assert ranks[0]["loss_mesh"] == ranks[1]["loss_mesh"] == [1]
