@@ -43,7 +43,7 @@ from paddle_ext.spmd.notation import ONE, parse_notation
 from paddle_ext.simulated_ranks import assemble, shard_dense, simulate
 
 MAX_EXAMPLES = 60
-LONG_EXAMPLES = 1200
+LONG_EXAMPLES = 500
 
 
 def long_fuzz(fn):
