@@ -98,19 +98,24 @@ def default_place() -> str:
     return _load().default_place()
 
 
-def _backward_apply():
-    _load()
-    original = paddle.Tensor.backward
+def _patch(owner, name: str, make, patched: list) -> None:
+    """Replace ``owner.name`` by ``make(original)`` (keeping its doc; ``__wrapped__`` names the
+    original) and record ``(owner, name, original)`` in ``patched`` for the revert."""
+    original = getattr(owner, name)
+    wrapper = make(original)
+    wrapper.__doc__ = original.__doc__
+    wrapper.__wrapped__ = original
+    setattr(owner, name, wrapper)
+    patched.append((owner, name, original))
 
+
+def _backward(original):
     def backward(self, grad_tensor=None, retain_graph=False, **kwargs):
         if grad_tensor is None and _outside(self):
             grad_tensor = dist.shard_tensor(paddle.ones(self.shape, self.dtype), self.process_mesh, self.placements)
         return original(self, grad_tensor, retain_graph, **kwargs)
 
-    backward.__doc__ = original.__doc__
-    backward.__wrapped__ = original
-    paddle.Tensor.backward = backward
-    return [(paddle.Tensor, "backward", original)]
+    return backward
 
 
 COMPARISONS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__")
@@ -127,8 +132,6 @@ def _comparison(original):
             other = paddle.full_like(self, other)
         return original(self, other)
 
-    compare.__doc__ = original.__doc__
-    compare.__wrapped__ = original
     return compare
 
 
@@ -153,8 +156,6 @@ def _set_value(original):
             return None   # the rank holds no local data of ``self``: nothing to write
         return original(self, value, *args, **kwargs)
 
-    set_value.__doc__ = original.__doc__
-    set_value.__wrapped__ = original
     return set_value
 
 
@@ -166,8 +167,6 @@ def _local_layer_call(original):
             inputs = tuple(_as_replicated(x, attr) for x, attr in zip(inputs, self.grad_dist_attrs))
         return original(self, *inputs, **kwargs)
 
-    call.__doc__ = original.__doc__
-    call.__wrapped__ = original
     return call
 
 
@@ -184,17 +183,13 @@ def _as_replicated(x, attr):
 
 
 def _apply():
-    patched = _backward_apply()
-    original = LocalLayer.__call__
-    LocalLayer.__call__ = _local_layer_call(original)
-    patched.append((LocalLayer, "__call__", original))
-    original = paddle.Tensor.set_value
-    paddle.Tensor.set_value = _set_value(original)
-    patched.append((paddle.Tensor, "set_value", original))
+    _load()
+    patched: list = []
+    _patch(paddle.Tensor, "backward", _backward, patched)
+    _patch(LocalLayer, "__call__", _local_layer_call, patched)
+    _patch(paddle.Tensor, "set_value", _set_value, patched)
     for name in COMPARISONS:
-        original = getattr(paddle.Tensor, name)
-        setattr(paddle.Tensor, name, _comparison(original))
-        patched.append((paddle.Tensor, name, original))
+        _patch(paddle.Tensor, name, _comparison, patched)
     return patched
 
 
