@@ -66,8 +66,11 @@ def train_save_continue(plan_name, steps_before, steps_after, path):
     return {"before": before, "after": after, "state": saved}
 
 
-def load_continue(plan_name, steps_before, steps_after, path):
-    """Build a differently initialised model under another plan, load, compare, keep training."""
+def load_continue(plan_name, steps_before, steps_after, path, save_to=None):
+    """Build a differently initialised model under another plan, load, keep training.
+
+    With ``save_to``, the state just loaded is saved again under this plan (before training on),
+    so a chain of plans needs one launch per plan."""
     import paddle.distributed as dist
     import paddle_ext
 
@@ -80,6 +83,9 @@ def load_continue(plan_name, steps_before, steps_after, path):
     dist.load_state_dict(_model_state(parallel), os.path.join(path, "model"))
     dist.load_state_dict(_opt_state(parallel), os.path.join(path, "opt"))
     loaded = _full_state(parallel)
+    if save_to is not None:  # the next link of a chain loads what this plan writes
+        dist.save_state_dict(_model_state(parallel), os.path.join(save_to, "model"))
+        dist.save_state_dict(_opt_state(parallel), os.path.join(save_to, "opt"))
     after = [parallel.train_step(x, y) for x, y in batches[steps_before:]]
     return {"after": after, "state": loaded}
 

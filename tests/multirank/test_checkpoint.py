@@ -7,16 +7,19 @@ import pytest
 import checkpoint_ranks as cr
 from paddle_ext.demo.plans import parse_plan
 from paddle_ext.demo.train import RunConfig, reference_losses
+from paddle_ext.errors import HarnessError
 from paddle_ext.testing import run_ranks
 
 pytestmark = pytest.mark.multirank
 
 BEFORE, AFTER = 2, 2
 
-# (saved under, loaded under): a chain that changes the layout of every sharded parameter and
-# of the optimizer state, across world sizes (2 -> 4 -> 2 ranks) and back to where it started
-CHAIN = [("tp2", "dp2"), ("dp2", "pp2"), ("pp2", "tp2"), ("tp2", "zero3"), ("zero3", "dp2-tp2"),
-         ("dp2-tp2", "tp2")]
+# Plans in the order a checkpoint travels: trained and saved under the first, then each plan
+# loads what the one before it wrote and saves it again under its own layout. Every link changes
+# the layout of every sharded parameter and of the optimizer state, across world sizes
+# (2 -> 4 -> 2 ranks), and the chain ends where it started.
+CHAIN = ["tp2", "dp2", "pp2", "tp2", "zero3", "dp2-tp2", "tp2"]
+LINKS = list(zip(CHAIN, CHAIN[1:]))
 
 
 @functools.lru_cache(maxsize=1)
@@ -43,24 +46,46 @@ def _assert_same_state(saved, loaded, label):
             assert np.array_equal(s[key], l[key]), f"{label}: {part} state {key} differs after the round trip"
 
 
-@pytest.mark.parametrize("src, dst", CHAIN, ids=[f"{a}->{b}" for a, b in CHAIN])
-def test_checkpoint_across_plans(src, dst, tmp_path):
-    path = str(tmp_path / "ckpt")
-    saved = run_ranks(cr.train_save_continue, nproc=parse_plan(src).world_size, args=(src, BEFORE, AFTER, path),
-                      timeout=240, log_dir=tmp_path / "log_save")
-    loaded = run_ranks(cr.load_continue, nproc=parse_plan(dst).world_size, args=(dst, BEFORE, AFTER, path),
-                       timeout=240, log_dir=tmp_path / "log_load")
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    """One launch per plan of CHAIN: [(checkpoint dir, per-rank results) or (None, the failure)]."""
+    root = tmp_path_factory.mktemp("checkpoint_chain")
+    first = str(root / "0-ckpt")
+    runs = [(first, run_ranks(cr.train_save_continue, nproc=parse_plan(CHAIN[0]).world_size,
+                              args=(CHAIN[0], BEFORE, AFTER, first), timeout=240, log_dir=root / "0-log"))]
+    for i, plan in enumerate(CHAIN[1:], start=1):
+        load_from, save_to = runs[-1][0], str(root / f"{i}-ckpt")
+        if load_from is None:
+            runs.append((None, f"not run: the link before it failed ({runs[-1][1]})"))
+            continue
+        try:
+            runs.append((save_to, run_ranks(cr.load_continue, nproc=parse_plan(plan).world_size,
+                                            args=(plan, BEFORE, AFTER, load_from, save_to), timeout=240,
+                                            log_dir=root / f"{i}-log")))
+        except HarnessError as exc:
+            runs.append((None, str(exc)))
+    return runs
+
+
+def test_saving_plan_trains_like_dense(chain):
+    saved = chain[0][1]
+    np.testing.assert_allclose(saved[0]["before"] + saved[0]["after"], _dense_losses(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("link", range(len(LINKS)), ids=[f"{a}->{b}" for a, b in LINKS])
+def test_checkpoint_across_plans(chain, link):
+    (src, dst), (_, saved), (where, loaded) = LINKS[link], chain[link], chain[link + 1]
+    assert where is not None, f"{src}->{dst}: {loaded}"
+    # what the loading plan holds after the load equals what the saving plan held when it saved
+    # (the first plan's trained state; later plans re-save the state they loaded)
     _assert_same_state(_union(saved), _union(loaded), f"{src}->{dst}")
-    dense = _dense_losses()
-    # both runs against the dense single-process training: the saving plan all along, and the
-    # loading plan for the steps after the checkpoint (its own init and first step overwritten)
-    np.testing.assert_allclose(saved[0]["before"] + saved[0]["after"], dense, rtol=1e-5)
-    np.testing.assert_allclose(loaded[0]["after"], dense[BEFORE:], rtol=1e-5)
+    # and it trains on like the dense single-process run from the checkpoint's step (its own
+    # init and first step were overwritten by the load)
+    np.testing.assert_allclose(loaded[0]["after"], _dense_losses()[BEFORE:], rtol=1e-5)
 
 
-def test_loader_needs_the_cpu_fix(tmp_path):
-    path = str(tmp_path / "ckpt")
-    run_ranks(cr.train_save_continue, nproc=2, args=("tp2", 1, 0, path), timeout=240, log_dir=tmp_path / "log_save")
+def test_loader_needs_the_cpu_fix(chain, tmp_path):
+    path = chain[0][0]   # the tp2 checkpoint the chain starts from
     outcome = run_ranks(cr.load_without_cpu_fix, nproc=2, args=("dp2", path), timeout=240,
                         log_dir=tmp_path / "log_load")
     assert all("No available device found" in o for o in outcome), outcome
