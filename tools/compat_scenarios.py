@@ -37,10 +37,8 @@ def main(argv=None) -> int:
         print(f"no scenario matches {args.only!r}", file=sys.stderr)
         return 2
     logs = Path(args.logs or tempfile.mkdtemp(prefix="compat_scenarios_"))
-    outcomes = {}
-    for mode in sr.MODES:
-        print(f"[{mode}] {len(names)} scenarios ...", file=sys.stderr, flush=True)
-        outcomes[mode] = sr.run_mode(mode, names, logs / mode)
+    print(f"{len(names)} scenarios x {len(sr.MODES)} modes ...", file=sys.stderr, flush=True)
+    outcomes = sr.run_modes(sr.MODES, names, logs)
     section = sr.render(outcomes)
     if args.only is not None or not (args.write or args.check):
         print(section)

@@ -6,7 +6,7 @@ modes: Paddle alone, after ``paddle_ext.install()``, after ``install()`` + ``ena
 
 * rank side: :func:`run_scenarios` runs a list of scenarios in one launch, writing each result
   to disk as soon as it has it (a crash or a hang loses only the scenario in progress);
-* parent side: :func:`run_mode` launches batches, isolates what crashes, and :func:`classify`
+* parent side: :func:`run_modes` / :func:`run_mode` launch batches, isolates what crashes, and :func:`classify`
   assembles every rank's local values into the global tensor and compares it with the dense
   computation and with Paddle alone.
 
@@ -105,6 +105,8 @@ class Scenario:
     group: str = "noinit"      # "noinit" | "init" (calls init_parallel_env) | "isolated"
     exact: bool = False        # paddle-ext must give bit-identical values (same collectives)
     timeout: float = 90.0      # for an isolated launch
+    background: bool = False   # isolated, and known to sit idle (a deadlock waiting out gloo's
+                               # 30 s timeout): run_modes runs it beside the other launches
     rtol: float = 1e-5         # against dense
     atol: float = 1e-6
 
@@ -254,6 +256,23 @@ def run_mode(mode: str, names: list, log_root: str | os.PathLike, batch_timeout:
                     break
             queue = queue[done:]
     return outcomes
+
+
+def run_modes(modes, names: list, log_root: str | os.PathLike, batch_timeout: float = 240.0) -> dict:
+    """{mode: run_mode(mode, names)}, with the ``background`` scenarios' launches (idle until
+    gloo's timeout) run one at a time in a thread beside the other launches, so their waiting
+    overlaps work instead of adding to it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    table, log_root = _registry(), Path(log_root)
+    idle = [n for n in names if table[n].background]
+    busy = [n for n in names if not table[n].background]
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        waiting = {m: pool.submit(run_mode, m, idle, log_root / m, batch_timeout) for m in modes if idle}
+        got = {m: run_mode(m, busy, log_root / m, batch_timeout) for m in modes}
+        for m, future in waiting.items():
+            got[m].update(future.result())
+    return {m: {n: got[m][n] for n in names} for m in modes}
 
 
 _GLOO = re.compile(r"\[[^\]]*third_party/gloo/[^\]]*\] (TIMEOUT|connect)\b.*")

@@ -65,7 +65,7 @@ FAILS_ALONE = {
 def outcomes(tmp_path_factory):
     """Every scenario in every mode (module-scoped: the launches are shared by all tests)."""
     root = tmp_path_factory.mktemp("paddle_scenarios")
-    return {mode: sr.run_mode(mode, NAMES, root / mode) for mode in sr.MODES}
+    return sr.run_modes(sr.MODES, NAMES, root)
 
 
 def test_ledger_names_real_scenarios():
