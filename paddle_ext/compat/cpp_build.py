@@ -15,7 +15,8 @@ short script or a rank that ends early. A cached library that does not load is r
 once more.
 
 Users: :mod:`.static_collectives` (gloo collective ops for the static Engine), :mod:`.fast_key`
-(the dispatch fast path's cache key) and :mod:`.outside_mesh` (opt-in: ranks outside a mesh).
+(the dispatch fast path's cache key), :mod:`.outside_mesh` (opt-in: ranks outside a mesh) and
+:mod:`.cpu_reduce_scatter` (the C++ reshard's reduce_scatter on CPU).
 """
 from __future__ import annotations
 
@@ -30,9 +31,9 @@ import hashlib
 import shutil
 import sysconfig
 import tempfile
-import paddle
 
 from ..errors import CompatError
+from .version import require_paddle
 
 logger = logging.getLogger("paddle_ext.compat")
 
@@ -41,6 +42,7 @@ PIECES = {
     "fast_key": ("paddle_ext_fast_key", "fast_key.cc", "dispatch key"),
     "gloo_ops": ("paddle_ext_gloo_ops", "gloo_ops.cc", "gloo ops"),
     "outside_mesh": ("paddle_ext_outside_mesh", "outside_mesh.cc", "ranks-outside-mesh device"),
+    "cpu_reduce_scatter": ("paddle_ext_cpu_reduce_scatter", "cpu_reduce_scatter.cc", "CPU reduce_scatter"),
 }
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc")
 BUILD_TIMEOUT = 900   # seconds; a build takes 20-30 s with g++ on this machine
@@ -77,6 +79,7 @@ def build_key(source: str) -> str:
     built against) and the Python ABI. Two wheels of one version (a CPU and a CUDA build, or two
     virtualenvs sharing ``$PADDLE_EXT_CACHE``) never share a library."""
 
+    paddle = require_paddle("paddle-ext's C++ pieces")
     version = getattr(paddle, "version", None)
     cuda = str(version.cuda()) if version is not None and hasattr(version, "cuda") else "?"
     commit = str(getattr(version, "commit", "?"))
@@ -89,7 +92,7 @@ def build_dir(kind: str, source: str) -> str:
     """``<cache>/<kind>-<paddle version>-<hash of source and the wheel>`` (:func:`build_key`)."""
 
     digest = hashlib.sha1(build_key(source).encode()).hexdigest()[:12]
-    return os.path.join(cache_root(), f"{kind}-{paddle.__version__}-{digest}")
+    return os.path.join(cache_root(), f"{kind}-{require_paddle('paddle-ext C++ pieces').__version__}-{digest}")
 
 
 def library_path(name: str, build: str) -> str:

@@ -24,6 +24,15 @@ or unknown backend to Paddle's original when it is called.
   TIMEOUT; seen when fleet.init in ``dist.to_static`` builds the group of the world's ranks
   again, and possible for any ``dist.new_group``). Each gloo group gets a TCPStore of its own,
   hosted by its rank 0 (``compat/gloo_groups.py``).
+* ``gloo-batch-p2p-order`` -- on gloo each ``isend`` of a ``dist.batch_isend_irecv`` batch waits
+  for its peer's receive, so a batch that exchanges both ways deadlocks when both peers send
+  first (``Schedule1F1B``); on gloo a batch now goes peer by peer, the lower rank of each pair
+  sending first (``compat/gloo_p2p.py``).
+* ``cpu-reduce-scatter`` -- Paddle's C++ P -> S reshard, reached from C++ where no Python sees it
+  (the gradient of a sharded parameter's all-gather, ``dist.parallelize``'s sequence parallel and
+  sharding levels), calls a CPU reduce_scatter kernel that only throws; in a multi-process gloo
+  job those calls run on gloo (``compat/cpu_reduce_scatter.py``, C++ piece
+  ``cpu_reduce_scatter``, built once per machine in about 25 s and cached).
 * ``checkpoint-cpu-load`` -- ``dist.load_state_dict`` moves every tensor it reshards to the GPU with
   ``Tensor.cuda()`` ("ValueError: No available device found." on CPU builds); on CPU the load
   runs with ``cuda()`` keeping tensors where they are, so a checkpoint saved under one plan loads
@@ -38,6 +47,8 @@ import numpy as np
 
 from .backend import GLOO, backend_of
 from .gloo_groups import _gloo_group_store_apply, _has_gloo_groups, group_store
+from .gloo_p2p import _batch_order_apply, _batch_order_needed
+from . import cpu_reduce_scatter
 from .version import require_paddle
 
 
@@ -47,6 +58,7 @@ class Fix:
     summary: str
     _needed: Callable[[], bool]
     _apply: Callable[[], tuple]  # returns (owner, attribute, original) triples to restore
+    _undo: Callable[[], object] | None = None   # what revert() undoes besides the triples
     _saved: list = field(default_factory=list)
 
     def needed(self) -> bool:
@@ -65,6 +77,8 @@ class Fix:
     def revert(self) -> None:
         for owner, attr, original in reversed(self._saved):
             setattr(owner, attr, original)
+        if self._saved and self._undo is not None:
+            self._undo()
         self._saved = []
 
 
@@ -201,6 +215,18 @@ def _checkpoint_apply():
     return [(dcp_load, "load_state_dict", original), (dist, "load_state_dict", original)]
 
 
+def _reduce_scatter_needed() -> bool:
+    """A multi-process job on gloo (a one-process run has no reduce_scatter to serve)."""
+    paddle = require_paddle("fix cpu-reduce-scatter")
+    return _cpu_only() and paddle.distributed.get_world_size() > 1
+
+
+def _reduce_scatter_apply():
+    cpu_reduce_scatter.hook()
+    cpu_reduce_scatter.HOOKED = True
+    return [(cpu_reduce_scatter, "HOOKED", False)]
+
+
 def _stay_on_cpu(tensor, *args, **kwargs):
     """``Tensor.cuda`` during a checkpoint load on a CPU build: the tensor stays on the CPU."""
     return tensor
@@ -220,6 +246,13 @@ FIXES: dict[str, Fix] = {
         Fix("gloo-group-rendezvous",
             "each gloo group (dist.new_group, fleet.init's in every dist.to_static) rendezvouses on a TCPStore "
             "of its own", _has_gloo_groups, _gloo_group_store_apply),
+        Fix("gloo-batch-p2p-order",
+            "dist.batch_isend_irecv on gloo exchanges peer by peer, lower rank sending first (Schedule1F1B "
+            "no longer deadlocks)", _batch_order_needed, _batch_order_apply),
+        Fix("cpu-reduce-scatter",
+            "Paddle's C++ P->S reshard (reached from C++: gradients of sharded parameters, dist.parallelize) "
+            "gets a CPU reduce_scatter on gloo", _reduce_scatter_needed, _reduce_scatter_apply,
+            _undo=cpu_reduce_scatter.unhook),
         Fix("checkpoint-cpu-load",
             "dist.load_state_dict reshards on CPU instead of calling Tensor.cuda()",
             _cpu_only, _checkpoint_apply),

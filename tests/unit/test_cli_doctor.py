@@ -24,7 +24,8 @@ def test_doctor_json_lists_everything_and_passes():
     assert report["numpy"] == numpy.__version__
     assert report["backend"] == ("nccl" if paddle.is_compiled_with_cuda() else "gloo")
     assert set(report["compat_fixes"]) == {"numpy-mesh-rank", "static-gloo-groups", "static-gloo-barrier",
-                                           "gloo-group-rendezvous", "checkpoint-cpu-load", "static-gloo-rings"}
+                                           "gloo-group-rendezvous", "gloo-batch-p2p-order", "cpu-reduce-scatter",
+                                           "checkpoint-cpu-load", "static-gloo-rings"}
     for fix in report["compat_fixes"].values():
         assert fix["applied"] == fix["needed"]
     regs = report["registries"]

@@ -1,0 +1,175 @@
+// paddle-ext: a CPU reduce_scatter for Paddle's C++ reshard (Paddle 3.3.1 CPU wheel, gloo).
+//
+// Why: the C++ P -> S reshard (p_to_s_reshard_function.cc, reached from C++ only: the backward
+// of an all-gather the dist API inserted, e.g. a ZeRO-3 parameter's S(0) -> R on "dp" when the
+// mesh is dp x mp) calls phi::ReduceScatterKernel<T, CPUContext>, which on the CPU wheel only
+// throws "Unimplemented cpu kernel for CReduceScatterOp". No Python hook sees that call.
+//
+// How: libphi_core.so calls ReduceScatterKernel<T, CPUContext> through its PLT, so the call goes
+// through a GOT slot. hook() points the slots of every loaded library that imports the kernel at
+// the functions below (float, double, int32, int64) and unhook() puts Paddle's back. The
+// replacement all-reduces the whole input on the communicator the reshard bound to the context
+// (dev_ctx.GetCommContext(), the GlooCommContext of the reshard's ranks) and keeps this rank's
+// block of dim 0: exact (the sum is gloo's all_reduce), with an all_reduce's traffic rather than
+// a reduce-scatter's -- the same as paddle-ext's static pe_gloo_reduce_scatter (gloo_ops.cc).
+//
+// Built by paddle_ext/compat/cpp_build.py (piece "cpu_reduce_scatter"); applied by
+// paddle_ext/compat/cpu_reduce_scatter.py.
+#include <elf.h>
+#include <link.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "paddle/extension.h"
+#include "paddle/phi/backends/cpu/cpu_context.h"
+#include "paddle/phi/core/dense_tensor.h"
+#include "paddle/phi/core/distributed/comm_context.h"
+
+namespace phi {
+namespace distributed {
+// The wheel ships gloo_comm_context.h but not gloo's headers: declare the exported member.
+class GlooCommContext : public CommContext {
+ public:
+  void AllReduce(phi::DenseTensor* out, const phi::DenseTensor& in, int reduce_type, uint32_t tag);  // 0: sum
+};
+}  // namespace distributed
+}  // namespace phi
+
+namespace {
+std::atomic<int64_t> g_calls{0};
+
+template <typename T>
+void ReduceScatterOnGloo(const phi::CPUContext& dev_ctx, const phi::DenseTensor& x, int nranks,
+                         phi::DenseTensor* out) {
+  auto* comm = static_cast<phi::distributed::GlooCommContext*>(dev_ctx.GetCommContext());
+  PD_CHECK(comm != nullptr, "paddle-ext cpu reduce_scatter: the reshard bound no communicator to the CPU context");
+  PD_CHECK(x.dims().size() > 0 && nranks == comm->GetSize() && x.dims()[0] % nranks == 0,
+           "paddle-ext cpu reduce_scatter: dim 0 of the input (", x.dims().size() > 0 ? x.dims()[0] : 0,
+           ") must split evenly over ", nranks, " ranks, the communicator's size (", comm->GetSize(), ")");
+  phi::DenseTensor sum;
+  sum.Resize(x.dims());
+  dev_ctx.Alloc(&sum, x.dtype());
+  comm->AllReduce(&sum, x, 0, 0);  // 0: sum
+  auto dims = x.dims();
+  dims[0] /= nranks;
+  out->Resize(dims);
+  T* dst = static_cast<T*>(dev_ctx.Alloc(out, x.dtype()));
+  int64_t block = out->numel();
+  std::memcpy(dst, sum.data<T>() + block * comm->GetRank(), block * sizeof(T));
+  g_calls.fetch_add(1);
+}
+
+// The kernel instances the reshard calls (their mangled names) and the replacements.
+const std::vector<std::pair<const char*, void*>>& Targets() {
+  static const std::vector<std::pair<const char*, void*>> targets = {
+      {"_ZN3phi19ReduceScatterKernelIfNS_10CPUContextEEEvRKT0_RKNS_11DenseTensorEiPS5_",
+       reinterpret_cast<void*>(&ReduceScatterOnGloo<float>)},
+      {"_ZN3phi19ReduceScatterKernelIdNS_10CPUContextEEEvRKT0_RKNS_11DenseTensorEiPS5_",
+       reinterpret_cast<void*>(&ReduceScatterOnGloo<double>)},
+      {"_ZN3phi19ReduceScatterKernelIiNS_10CPUContextEEEvRKT0_RKNS_11DenseTensorEiPS5_",
+       reinterpret_cast<void*>(&ReduceScatterOnGloo<int32_t>)},
+      {"_ZN3phi19ReduceScatterKernelIlNS_10CPUContextEEEvRKT0_RKNS_11DenseTensorEiPS5_",
+       reinterpret_cast<void*>(&ReduceScatterOnGloo<int64_t>)},
+  };
+  return targets;
+}
+
+struct Slot {
+  void** where;
+  void* original;
+  bool relro;
+};
+std::vector<Slot> g_slots;
+
+void Write(void** where, void* value, bool relro) {
+  long page = sysconf(_SC_PAGESIZE);
+  auto start = reinterpret_cast<uintptr_t>(where) & ~static_cast<uintptr_t>(page - 1);
+  // a GOT in the object's RELRO segment is read-only after start-up: open its page for the one
+  // write and close it again; a lazily bound GOT stays writable, as the dynamic linker needs it
+  PD_CHECK(mprotect(reinterpret_cast<void*>(start), page, PROT_READ | PROT_WRITE) == 0,
+           "paddle-ext cpu reduce_scatter: cannot make a GOT page writable");
+  *where = value;
+  if (relro) mprotect(reinterpret_cast<void*>(start), page, PROT_READ);
+}
+
+int PatchObject(struct dl_phdr_info* info, size_t, void*) {
+  const ElfW(Dyn)* dyn = nullptr;
+  uintptr_t relro_begin = 0, relro_end = 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const auto& ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_DYNAMIC) dyn = reinterpret_cast<const ElfW(Dyn)*>(info->dlpi_addr + ph.p_vaddr);
+    if (ph.p_type == PT_GNU_RELRO) {
+      relro_begin = info->dlpi_addr + ph.p_vaddr;
+      relro_end = relro_begin + ph.p_memsz;
+    }
+  }
+  if (dyn == nullptr) return 0;
+  uintptr_t base = info->dlpi_addr, jmprel = 0, symtab = 0, strtab = 0;
+  size_t relsz = 0;
+  for (; dyn->d_tag != DT_NULL; ++dyn) {
+    switch (dyn->d_tag) {
+      case DT_JMPREL: jmprel = dyn->d_un.d_ptr; break;
+      case DT_PLTRELSZ: relsz = dyn->d_un.d_val; break;
+      case DT_SYMTAB: symtab = dyn->d_un.d_ptr; break;
+      case DT_STRTAB: strtab = dyn->d_un.d_ptr; break;
+      default: break;
+    }
+  }
+  if (!jmprel || !symtab || !strtab) return 0;
+  // glibc relocates these addresses in place for ordinary objects; the vDSO keeps them relative
+  if (jmprel < base) jmprel += base;
+  if (symtab < base) symtab += base;
+  if (strtab < base) strtab += base;
+  auto* rel = reinterpret_cast<const ElfW(Rela)*>(jmprel);
+  auto* syms = reinterpret_cast<const ElfW(Sym)*>(symtab);
+  auto* strs = reinterpret_cast<const char*>(strtab);
+  for (size_t i = 0; i < relsz / sizeof(ElfW(Rela)); ++i) {
+    if (ELF64_R_TYPE(rel[i].r_info) != R_X86_64_JUMP_SLOT) continue;
+    const char* name = strs + syms[ELF64_R_SYM(rel[i].r_info)].st_name;
+    for (const auto& target : Targets()) {
+      if (std::strcmp(name, target.first) != 0) continue;
+      auto** where = reinterpret_cast<void**>(base + rel[i].r_offset);
+      if (*where == target.second) continue;
+      // Paddle's kernel, or (a slot not bound yet) the PLT stub that binds it: either restores it
+      auto addr = reinterpret_cast<uintptr_t>(where);
+      bool relro = addr >= relro_begin && addr < relro_end;
+      g_slots.push_back({where, *where, relro});
+      Write(where, target.second, relro);
+    }
+  }
+  return 0;
+}
+}  // namespace
+
+// Point every loaded library's GOT slots for ReduceScatterKernel<T, CPUContext> at the gloo
+// replacement; returns how many slots point there now (0: nothing imports it through a PLT).
+int hook() {
+#if !defined(__x86_64__)
+  return 0;  // the slots are found by x86-64 relocation type; elsewhere Paddle's kernel stays
+#endif
+  if (g_slots.empty()) dl_iterate_phdr(PatchObject, nullptr);
+  return static_cast<int>(g_slots.size());
+}
+
+// Put Paddle's kernels back; returns how many slots were restored.
+int unhook() {
+  int n = static_cast<int>(g_slots.size());
+  for (const auto& slot : g_slots) Write(slot.where, slot.original, slot.relro);
+  g_slots.clear();
+  return n;
+}
+
+int64_t calls() { return g_calls.load(); }
+
+PYBIND11_MODULE(paddle_ext_cpu_reduce_scatter, m) {
+  m.def("hook", &hook);
+  m.def("unhook", &unhook);
+  m.def("calls", &calls);
+}

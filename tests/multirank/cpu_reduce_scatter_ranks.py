@@ -1,0 +1,60 @@
+"""Rank functions for tests/multirank/test_cpu_reduce_scatter.py (run through paddle_ext.testing.run_ranks).
+
+Paddle's own C++ P -> S reshard (``dist.reshard`` as Paddle has it, not paddle-ext's executor),
+which calls the CPU ``ReduceScatterKernel``: with Paddle's kernel it raises, with the
+``cpu-reduce-scatter`` hook each rank gets its block of the sum.
+"""
+import numpy as np
+
+SHAPE = (4, 6)
+CASES = [("float32", 0), ("float32", 1), ("float64", 0), ("int64", 1)]
+
+
+def partial_value(rank: int, dtype: str) -> np.ndarray:
+    """Rank ``rank``'s addend (the same formula in the test, which sums them)."""
+    rng = np.random.default_rng(10 + rank)
+    if dtype == "int64":
+        return rng.integers(-50, 50, SHAPE).astype(dtype)
+    return rng.standard_normal(SHAPE).astype(dtype)
+
+
+def _p_to_s(dist, paddle, mesh, dtype, dim):
+    from paddle_ext.reshard.originals import original_reshard
+
+    # each rank's own addend as its local value of a Partial (sum) tensor
+    x = dist.auto_parallel.api.dtensor_from_local(paddle.to_tensor(partial_value(dist.get_rank(), dtype)), mesh,
+                                                  [dist.Partial()])
+    return original_reshard()(x, mesh, [dist.Shard(dim)])
+
+
+def p_to_s_without_then_with_the_hook():
+    """install() hooks the kernel in a multi-process gloo job; taken back, Paddle's kernel raises."""
+    import paddle
+    import paddle.distributed as dist
+    import paddle_ext
+    from paddle_ext.compat import FIXES, cpu_reduce_scatter
+
+    dist.init_parallel_env()
+    names = paddle_ext.install()
+    mesh = dist.ProcessMesh([0, 1], dim_names=["x"])
+    fix = FIXES["cpu-reduce-scatter"]
+    fix.revert()
+    without = _error_of(lambda: _p_to_s(dist, paddle, mesh, "float32", 0))
+    fix.apply()
+    out = {}
+    for dtype, dim in CASES:
+        y = _p_to_s(dist, paddle, mesh, dtype, dim)
+        out[f"{dtype}/{dim}"] = (np.array(y._local_value().numpy()), [str(p) for p in y.placements])
+    calls = cpu_reduce_scatter.calls()
+    fix.revert()
+    after = _error_of(lambda: _p_to_s(dist, paddle, mesh, "float32", 0))
+    return {"installed": "cpu-reduce-scatter" in names, "without": without, "out": out, "calls": calls,
+            "after": after}
+
+
+def _error_of(call) -> str:
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001 - the failure is the measurement
+        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+    return "ran"
