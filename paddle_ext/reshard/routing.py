@@ -9,7 +9,9 @@ Paddle does on the backend the call runs on (``compat.backend.backend_of``; docs
   one would change the user's process state (``dist.is_initialized()``, group ids, a second
   rendezvous on the job's store). So every reshard goes to Paddle, with one log line. The one
   exception is a job of one process on meshes of rank 0 alone: no communication is needed
-  there and paddle-ext's executor runs without any group.
+  there and paddle-ext's executor runs without any group. A reshard between two meshes, which
+  Paddle's CPU wheel cannot survive (``compat.cpu_wheel``), is refused with a named error
+  instead of a SIGSEGV.
 * **GLOO**: paddle-ext's executor, except what :func:`.native.native_is_exact` says Paddle does
   exactly and as cheaply (decided in :func:`.dygraph.reshard`).
 * **NCCL**: Paddle's native reshard, except the cases in :data:`NCCL_KEPT` (:func:`nccl_keeps`).
@@ -18,6 +20,8 @@ Paddle does on the backend the call runs on (``compat.backend.backend_of``; docs
 from __future__ import annotations
 
 from ..compat.backend import GLOO, NCCL, backend_of, note_once, parallel_env_ready, route_unknown
+from ..compat.cpu_wheel import cross_mesh_reshard_crashes
+from ..errors import ReshardPlanError
 from ..placements import DistSpec, Partial, Replicate, Shard
 from .groups import group_for
 from .native import _even
@@ -57,6 +61,12 @@ def to_paddle_first(paddle, x, mesh, backend: str | None) -> str | None:
         ranks = set(x.process_mesh.process_ids) | set(mesh.process_ids)
         if world == 1 and ranks <= {0}:
             return None  # one process: paddle-ext's plan needs no communication at all
+        if _cross_mesh(x, mesh) and cross_mesh_reshard_crashes():
+            raise ReshardPlanError(
+                f"dist.reshard from mesh {list(x.process_mesh.process_ids)} to mesh {list(mesh.process_ids)} without "
+                "dist.init_parallel_env(): Paddle's own cross-mesh reshard, the only one that can run without a "
+                "process group, dies with SIGSEGV on this CPU wheel (GetDefaultPlace with no custom device); "
+                "call dist.init_parallel_env() first and paddle-ext's executor moves the data")
         note_once("no-parallel-env",
                   "the parallel environment is not initialized (no dist.init_parallel_env()), so paddle-ext "
                   "has no process group to run on; dist.reshard goes to Paddle's own reshard, which creates its "
@@ -65,6 +75,12 @@ def to_paddle_first(paddle, x, mesh, backend: str | None) -> str | None:
     if route_unknown(backend, "dygraph reshards"):
         return f"backend {backend}"
     return None
+
+
+def _cross_mesh(x, mesh) -> bool:
+    """The two meshes differ in ranks or shape (Paddle's SameStatusReshardFunction path)."""
+    src = x.process_mesh
+    return list(src.process_ids) != list(mesh.process_ids) or list(src.shape) != list(mesh.shape)
 
 
 def call_backend(x, mesh) -> str | None:

@@ -408,6 +408,17 @@ ROWS: tuple[Row, ...] = (
         "paddle_ext.install(ranks_outside_mesh=True) belongs in each rank of a multi-rank job (after "
         "dist.init_parallel_env()); this process is not one (world size 1): in the launcher it would make "
         "paddle.distributed.launch take the zero-device type for a real device"),
+    Row("reshard-cross-mesh-without-init", "reshard",
+        'import os, paddle, paddle.distributed as dist\nfrom paddle_ext import reshard\n'
+        'def across_meshes_without_init_parallel_env():  # a 2-rank job that never called init_parallel_env\n'
+        '    old = os.environ.get("PADDLE_TRAINERS_NUM")\n    os.environ["PADDLE_TRAINERS_NUM"] = "2"\n    try:\n'
+        '        x = dist.shard_tensor(paddle.ones([2]), dist.ProcessMesh([0]), [dist.Replicate()])\n'
+        '        return reshard(x, dist.ProcessMesh([1]), [dist.Replicate()])\n    finally:\n'
+        '        os.environ.pop("PADDLE_TRAINERS_NUM") if old is None else os.environ.update(PADDLE_TRAINERS_NUM=old)\n'
+        'across_meshes_without_init_parallel_env()',
+        "ReshardPlanError",
+        "dist.reshard from mesh [0] to mesh [1] without dist.init_parallel_env(): Paddle's own cross-mesh "
+        "reshard, the only one that can run without a process group, dies with SIGSEGV on this CPU wheel"),
     # -- dispatch and harness ----------------------------------------------------------------
     Row("dispatch-op-name", "dispatch", 'import paddle_ext.dispatch as pd\npd.spmd_op(42)', "ShardingRuleError",
         "spmd_op takes an op name string, got 42"),
