@@ -66,11 +66,12 @@ def train_save_continue(plan_name, steps_before, steps_after, path):
     return {"before": before, "after": after, "state": saved}
 
 
-def load_continue(plan_name, steps_before, steps_after, path, save_to=None):
+def load_continue(plan_name, steps_before, steps_after, path, save_to=None, try_without_fix=False):
     """Build a differently initialised model under another plan, load, keep training.
 
     With ``save_to``, the state just loaded is saved again under this plan (before training on),
-    so a chain of plans needs one launch per plan."""
+    so a chain of plans needs one launch per plan. With ``try_without_fix``, Paddle's own loader
+    (paddle-ext's checkpoint fix taken back) is tried first; its error goes in the result."""
     import paddle.distributed as dist
     import paddle_ext
 
@@ -78,6 +79,7 @@ def load_continue(plan_name, steps_before, steps_after, path, save_to=None):
     paddle_ext.install()
 
     parallel = _setup(plan_name, seed=99)
+    without_fix = _load_without_cpu_fix(parallel, path) if try_without_fix else None
     batches = make_batches(steps_before + steps_after, 8, CFG.seq_len, CFG.vocab, seed=0)
     parallel.train_step(*batches[0])  # creates the optimizer's accumulators; the load overwrites them
     dist.load_state_dict(_model_state(parallel), os.path.join(path, "model"))
@@ -87,23 +89,21 @@ def load_continue(plan_name, steps_before, steps_after, path, save_to=None):
         dist.save_state_dict(_model_state(parallel), os.path.join(save_to, "model"))
         dist.save_state_dict(_opt_state(parallel), os.path.join(save_to, "opt"))
     after = [parallel.train_step(x, y) for x, y in batches[steps_before:]]
-    return {"after": after, "state": loaded}
+    return {"after": after, "state": loaded, "without_fix": without_fix}
 
 
-def load_without_cpu_fix(plan_name, path):
-    """Paddle's own loader on a CPU build, with paddle-ext's checkpoint fix taken back."""
+def _load_without_cpu_fix(parallel, path):
+    """Paddle's own loader on a CPU build, with paddle-ext's checkpoint fix taken back (and then
+    put back): what a user without paddle-ext gets."""
     import paddle.distributed as dist
-    import paddle_ext
-
-    dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
-    paddle_ext.install()
-
     from paddle_ext.compat import FIXES
 
-    FIXES["checkpoint-cpu-load"].revert()
-    parallel = _setup(plan_name, seed=99)
+    fix = FIXES["checkpoint-cpu-load"]
+    fix.revert()
     try:
-        dist.load_state_dict(parallel.model.state_dict(), os.path.join(path, "model"))
+        dist.load_state_dict(_model_state(parallel), os.path.join(path, "model"))
     except Exception as exc:  # noqa: BLE001 - the failure is the measurement
         return f"{type(exc).__name__}: {exc}"
+    finally:
+        fix.apply()
     return "loaded"
