@@ -9,7 +9,7 @@ pytestmark = pytest.mark.multirank
 
 
 @pytest.mark.parametrize("fault, kind, timeout", [("raise", "raised", 120), ("exit", "exited", 120),
-                                                  ("hang", "timeout", 20)])
+                                                  ("hang", "timeout", 15)])
 def test_fault_mid_step_names_rank_and_action(fault, kind, timeout, tmp_path):
     with pytest.raises(HarnessError) as info:
         run_ranks(fr.fault_in_step, nproc=2, args=(4, 1, 2, fault), timeout=timeout, log_dir=tmp_path / "log")
