@@ -14,7 +14,9 @@ pytestmark = pytest.mark.multirank
 STEPS = 3
 
 
-@pytest.mark.parametrize("world", sorted({parse_plan(p).world_size for p in PLANS}))
+# the 4-rank plans are the long tail (the default demo, a 4-rank plan, runs in CI end to end)
+@pytest.mark.parametrize("world", [pytest.param(w, marks=pytest.mark.long_tail) if w == 4 else w
+                                   for w in sorted({parse_plan(p).world_size for p in PLANS})])
 def test_every_documented_plan_matches_dense(world, tmp_path):
     plans = [p for p in PLANS if parse_plan(p).world_size == world]
     results = run_ranks(demo_ranks.run_plans, nproc=world, args=(plans, STEPS, "ZBV"), timeout=600,
