@@ -45,7 +45,8 @@ from typing import Callable
 
 import numpy as np
 
-from .backend import GLOO, backend_of
+from ..errors import CompatError
+from .backend import GLOO, backend_of, note_once
 from .gloo_groups import _gloo_group_store_apply, _has_gloo_groups, group_store
 from .gloo_p2p import _batch_order_apply, _batch_order_needed
 from . import cpu_reduce_scatter
@@ -222,7 +223,11 @@ def _reduce_scatter_needed() -> bool:
 
 
 def _reduce_scatter_apply():
-    cpu_reduce_scatter.hook()
+    try:
+        cpu_reduce_scatter.hook()
+    except CompatError as exc:  # a build the hook does not know: Paddle's kernel stays, install() goes on
+        note_once("cpu-reduce-scatter", f"{exc}; Paddle's C++ P->S keeps Paddle's CPU kernel")
+        return []
     cpu_reduce_scatter.HOOKED = True
     return [(cpu_reduce_scatter, "HOOKED", False)]
 
