@@ -48,6 +48,9 @@ MODES = ("alone", "install", "enable")
 # install(ranks_outside_mesh=True): the opt-in fix that lets pipeline-by-annotation ranks run the
 # stages they are not in (docs/compatibility.md, "Ranks outside a mesh"); not a matrix column
 OUTSIDE_MODE = "install-outside"
+# install(static_engine=True, ranks_outside_mesh=True) + enable(): pipeline by annotation through
+# dist.to_static (the static Engine's gloo send/recv between stages); not a matrix column either
+OUTSIDE_STATIC_MODE = "enable-outside-static"
 EXECS = ("dygraph", "to_static")
 
 
@@ -309,15 +312,18 @@ def train_rank(model: str, plan: str, mode: str, exec_mode: str) -> dict:
     import paddle.distributed as dist
     from paddle.distributed import fleet
 
-    if mode not in MODES + (OUTSIDE_MODE,) or exec_mode not in EXECS:
-        raise ValueError(f"mode {mode!r} / exec {exec_mode!r}: expected one of {MODES + (OUTSIDE_MODE,)} / {EXECS}")
+    known = MODES + (OUTSIDE_MODE, OUTSIDE_STATIC_MODE)
+    if mode not in known or exec_mode not in EXECS:
+        raise ValueError(f"mode {mode!r} / exec {exec_mode!r}: expected one of {known} / {EXECS}")
     import paddle_ext
 
     if mode in ("install", "enable"):
         paddle_ext.install()
     if mode == OUTSIDE_MODE:
         paddle_ext.install(ranks_outside_mesh=True)
-    if mode == "enable":
+    if mode == OUTSIDE_STATIC_MODE:
+        paddle_ext.install(static_engine=True, ranks_outside_mesh=True)
+    if mode in ("enable", OUTSIDE_STATIC_MODE):
         paddle_ext.enable()
     require_paddlenlp()
     _casual_mask_switch()

@@ -94,3 +94,11 @@ def test_gpt_pipeline_by_annotation_with_ranks_outside_mesh_matches_dense(dense,
     _assert_matches(dense("gpt"), res, 2)
     # the loss lives on the last stage's mesh: rank 1 holds it, rank 0 ran stage 0 and the rest empty
     assert res[0]["losses"] is None and res[1]["losses"] is not None
+
+
+def test_gpt_pipeline_by_annotation_through_to_static_matches_dense(dense, tmp_path):
+    # the same pp2 model through dist.to_static: with plain install() the Engine's program stops at
+    # send_v2 (no CPU kernel); install(static_engine=True, ranks_outside_mesh=True) + enable() runs it
+    res = _train("gpt", "pp2", rm.OUTSIDE_STATIC_MODE, "to_static", tmp_path)
+    _assert_matches(dense("gpt"), res, 2)
+    assert res[0]["losses"] is None and res[1]["losses"] is not None
