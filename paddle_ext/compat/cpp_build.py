@@ -46,6 +46,7 @@ PIECES = {
 }
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc")
 BUILD_TIMEOUT = 900   # seconds; a build takes 20-30 s with g++ on this machine
+_FEATURE = "paddle-ext's C++ pieces"   # what require_paddle names when Paddle is missing
 _HARNESS_TAG = "PADDLE_EXT_HARNESS_TAG"   # paddle_ext.testing's marker of its rank processes
 
 
@@ -79,7 +80,7 @@ def build_key(source: str) -> str:
     built against) and the Python ABI. Two wheels of one version (a CPU and a CUDA build, or two
     virtualenvs sharing ``$PADDLE_EXT_CACHE``) never share a library."""
 
-    paddle = require_paddle("paddle-ext's C++ pieces")
+    paddle = require_paddle(_FEATURE)
     version = getattr(paddle, "version", None)
     cuda = str(version.cuda()) if version is not None and hasattr(version, "cuda") else "?"
     commit = str(getattr(version, "commit", "?"))
@@ -92,7 +93,7 @@ def build_dir(kind: str, source: str) -> str:
     """``<cache>/<kind>-<paddle version>-<hash of source and the wheel>`` (:func:`build_key`)."""
 
     digest = hashlib.sha1(build_key(source).encode()).hexdigest()[:12]
-    return os.path.join(cache_root(), f"{kind}-{require_paddle('paddle-ext C++ pieces').__version__}-{digest}")
+    return os.path.join(cache_root(), f"{kind}-{require_paddle(_FEATURE).__version__}-{digest}")
 
 
 def library_path(name: str, build: str) -> str:

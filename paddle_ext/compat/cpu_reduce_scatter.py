@@ -38,7 +38,8 @@ def hook() -> int:
                               "ReduceScatterKernel through a PLT slot; this Paddle build is not one the fix knows")
         logger.info("paddle-ext: the C++ reshard's CPU reduce_scatter runs on gloo (%d call slots)", slots)
         _MODULE[0] = module
-    return _MODULE[0].hook()
+        return slots
+    return _MODULE[0].hook()   # already hooked: the C++ side keeps its slots and reports them
 
 
 def unhook() -> int:
@@ -50,7 +51,3 @@ def unhook() -> int:
 def calls() -> int:
     """How many reduce_scatters the gloo version has run in this process (0 if not hooked)."""
     return _MODULE[0].calls() if _MODULE[0] is not None else 0
-
-
-def is_hooked() -> bool:
-    return _MODULE[0] is not None
