@@ -1,10 +1,12 @@
-"""``paddle-ext compat --models``: PaddleNLP's auto-parallel models on CPU ranks, three ways.
+"""``paddle-ext compat --models``: PaddleNLP's auto-parallel models on CPU ranks, four ways.
 
 Every cell is one launch of :func:`paddle_ext.testing.real_models.train_rank` (model x plan x
-execution x mode: Paddle alone, ``install()``, ``install()`` + ``enable()``), its losses compared
+execution x mode: Paddle alone, ``install()``, ``install()`` + ``enable()``, and every opt-in on:
+``install(static_engine=True, ranks_outside_mesh=True)`` + ``enable()``), its losses compared
 with the dense single-process model (max relative difference <= 1e-5). Prints the matrix
-(plan x mode -> match / mismatch / error with its first line); ``--markdown FILE`` also writes
-the table into FILE's "Real models" section (the rest of the file is kept).
+(plan x mode -> match / mismatch / error with its first line); ``--markdown FILE`` also merges
+these cells into the table of FILE's "Real models" section (cells not run keep what the table
+had; the rest of the file is kept), so the matrix can be regenerated a model at a time.
 """
 from __future__ import annotations
 
@@ -52,7 +54,7 @@ def run(args) -> int:
         return 2
     models = _pick(args.model, rm.MODELS, "model")
     plans = _pick(args.plans, tuple(rm.PLANS), "plan")
-    modes = _pick(args.modes, rm.MODES, "mode")
+    modes = _pick(args.modes, rm.MATRIX_MODES, "mode")
     execs = _pick(args.exec, rm.EXECS, "execution")
     logs = Path(args.log_dir or Path.cwd() / "paddle_ext_compat_logs")
     rows = []
@@ -75,32 +77,86 @@ def run(args) -> int:
                             status, detail = rm.run_cell(model, plan, mode, ex, dense,
                                                          logs / f"{model}-{plan}-{ex}-{mode}", timeout=args.timeout)
                     row[mode] = (status, detail)
-                    print(f"{model:12} {plan:13} {ex:9} {mode:8} {status:8} {detail}  "
+                    print(f"{model:12} {plan:13} {ex:9} {mode:21} {status:8} {detail}  "
                           f"[{time.monotonic() - start:.0f} s]", flush=True)
                 rows.append(row)
-    table = render(rows, modes)
     print()
-    print(table)
+    print(render(rows, modes))
     if args.markdown:
-        write_section(Path(args.markdown), table)
-        print(f"\nwrote the table into {args.markdown} ({SECTION})")
-    return 0 if all(r[m][0] == "match" for r in rows for m in modes if r["alone"][0] == "match") else 1
+        path = Path(args.markdown)
+        whole = merge(read_rows(path.read_text() if path.exists() else ""), rows)
+        write_section(path, render(whole, list(rm.MATRIX_MODES)))
+        print(f"\nmerged these cells into the table of {args.markdown} ({SECTION})")
+    # do no harm: every cell that matches alone matches in every other mode run
+    return 0 if all(r[m][0] == "match" for r in rows for m in modes
+                    if r.get("alone", ("match",))[0] == "match") else 1
 
 
 def _cell(status: str, detail: str) -> str:
-    text = "match" if status == "match" else f"{status}: {detail}"
+    text = status if status == "match" or not detail else f"{status}: {detail}"
     return text.replace("|", "\\|")
 
 
 def render(rows: list[dict], modes: list[str]) -> str:
     """The matrix as a Markdown table, one row per model x plan x execution."""
-    head = ["model", "plan", "ranks", "execution"] + [
-        {"alone": "Paddle alone", "install": "install()", "enable": "install()+enable()"}[m] for m in modes]
+    from ..testing.real_models import MODE_TITLES
+
+    head = ["model", "plan", "ranks", "execution"] + [MODE_TITLES[m] for m in modes]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         out.append("| " + " | ".join([r["model"], r["plan"], str(r["world"]), r["exec"]]
                                      + [_cell(*r[m]) for m in modes]) + " |")
     return "\n".join(out)
+
+
+def _split_row(line: str) -> list[str]:
+    cells = re.split(r"(?<!\\)\|", line.strip())[1:-1]
+    return [c.strip().replace("\\|", "|") for c in cells]
+
+
+def read_rows(text: str) -> list[dict]:
+    """The rows of the table already in a "Real models" section (cells as (status, detail)), so a
+    run of some cells updates the table instead of replacing it."""
+    from ..testing.real_models import MODE_TITLES
+
+    begin, end = "<!-- real-models-table:begin -->", "<!-- real-models-table:end -->"
+    if begin not in text or end not in text:
+        return []
+    lines = text.split(begin, 1)[1].split(end, 1)[0].strip().splitlines()
+    if len(lines) < 2:
+        return []
+    by_title = {title: mode for mode, title in MODE_TITLES.items()}
+    head = _split_row(lines[0])
+    rows = []
+    for line in lines[2:]:
+        cells = dict(zip(head, _split_row(line)))
+        row = {"model": cells["model"], "plan": cells["plan"], "world": int(cells["ranks"]),
+               "exec": cells["execution"]}
+        for title, mode in by_title.items():
+            if title in cells:
+                status, _, detail = cells[title].partition(": ")
+                row[mode] = (status, detail)
+        rows.append(row)
+    return rows
+
+
+def merge(old: list[dict], new: list[dict]) -> list[dict]:
+    """Every model x plan x execution in the matrix's order: the cells just run, else the cells
+    the table had, else "not run yet"."""
+    from ..testing import real_models as rm
+
+    have = {(r["model"], r["plan"], r["exec"]): dict(r) for r in old}
+    for r in new:
+        have.setdefault((r["model"], r["plan"], r["exec"]), {}).update(r)
+    out = []
+    for model in rm.MODELS:
+        for plan, spec in rm.PLANS.items():
+            for ex in rm.EXECS:
+                row = {"model": model, "plan": plan, "world": spec[0], "exec": ex}
+                for mode in rm.MATRIX_MODES:
+                    row[mode] = have.get((model, plan, ex), {}).get(mode, ("not run yet", ""))
+                out.append(row)
+    return out
 
 
 def write_section(path: Path, table: str) -> None:
@@ -117,13 +173,14 @@ def write_section(path: Path, table: str) -> None:
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "compat", help="run real programs three ways (Paddle alone, install(), enable()) against dense")
+        "compat", help="run real programs four ways (Paddle alone, install(), enable(), every opt-in) against dense")
     parser.add_argument("--models", action="store_true",
                         help="PaddleNLP's auto-parallel GPT, Qwen, DeepSeek-V2 on 1, 2, 4 CPU ranks "
                              '(needs pip install -e ".[cpu,test,models]")')
     parser.add_argument("--model", default=None, help="comma-separated subset of gpt,qwen,deepseek_v2")
     parser.add_argument("--plans", default=None, help="comma-separated subset of the plans (default all)")
-    parser.add_argument("--modes", default=None, help="comma-separated subset of alone,install,enable")
+    parser.add_argument("--modes", default=None, help="comma-separated subset of alone,install,enable,enable-outside-static "
+                             "(the last: install(static_engine=True, ranks_outside_mesh=True)+enable())")
     parser.add_argument("--exec", default=None, help="comma-separated subset of dygraph,to_static")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before one launch is failed")
     parser.add_argument("--log-dir", default=None, help="workerlog.N files, one directory per cell")

@@ -48,9 +48,13 @@ MODES = ("alone", "install", "enable")
 # install(ranks_outside_mesh=True): the opt-in fix that lets pipeline-by-annotation ranks run the
 # stages they are not in (docs/compatibility.md, "Ranks outside a mesh"); not a matrix column
 OUTSIDE_MODE = "install-outside"
-# install(static_engine=True, ranks_outside_mesh=True) + enable(): pipeline by annotation through
-# dist.to_static (the static Engine's gloo send/recv between stages); not a matrix column either
+# install(static_engine=True, ranks_outside_mesh=True) + enable(): every opt-in on, what pipeline
+# by annotation needs (ranks outside a stage's mesh; through dist.to_static the static Engine's
+# gloo send/recv between stages); the matrix's fourth column
 OUTSIDE_STATIC_MODE = "enable-outside-static"
+MATRIX_MODES = MODES + (OUTSIDE_STATIC_MODE,)
+MODE_TITLES = {"alone": "Paddle alone", "install": "install()", "enable": "install()+enable()",
+               OUTSIDE_STATIC_MODE: "install(static_engine, ranks_outside_mesh)+enable()"}
 EXECS = ("dygraph", "to_static")
 
 

@@ -71,3 +71,22 @@ def test_every_plan_fits_its_world():
         assert pp * dp * mp == world, name
         assert rm.BATCH % dp == 0 and rm.SEQ % mp == 0, name
         assert not zero or dp > 1, name
+
+
+def test_a_partial_run_updates_the_table_instead_of_replacing_it(tmp_path):
+    doc = tmp_path / "compatibility.md"
+    first = [{"model": "gpt", "plan": "dp2", "world": 2, "exec": "dygraph", "alone": ("match", ""),
+              "install": ("error", "RuntimeError: a|b: c")}]
+    compat.write_section(doc, compat.render(compat.merge([], first), list(rm.MATRIX_MODES)))
+    old = compat.read_rows(doc.read_text())
+    # every model x plan x execution has a row; cells never run say so
+    assert len(old) == len(rm.MODELS) * len(rm.PLANS) * len(rm.EXECS)
+    cell = {(r["model"], r["plan"], r["exec"]): r for r in old}[("gpt", "dp2", "dygraph")]
+    assert cell["install"] == ("error", "RuntimeError: a|b: c")  # escaped pipe and colon survive
+    assert cell["enable"] == ("not run yet", "")
+    # a later run of one column keeps the cells it did not run
+    later = [{"model": "gpt", "plan": "dp2", "world": 2, "exec": "dygraph", "enable": ("match", "x")}]
+    merged = {(r["model"], r["plan"], r["exec"]): r for r in compat.merge(old, later)}
+    assert merged[("gpt", "dp2", "dygraph")]["install"] == ("error", "RuntimeError: a|b: c")
+    assert merged[("gpt", "dp2", "dygraph")]["enable"] == ("match", "x")
+    assert merged[("qwen", "pp2", "to_static")][rm.OUTSIDE_STATIC_MODE] == ("not run yet", "")
