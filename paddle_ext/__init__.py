@@ -65,8 +65,9 @@ def install(static_engine: bool = False, ranks_outside_mesh: bool = False) -> li
     parallelism by annotation, every rank running the whole forward), which on Paddle 3.3.1 CPU
     dies with SIGSEGV. It registers a zero-device custom device type in this process, visible in
     ``get_all_custom_device_type()`` and ``ParallelEnv().device_type``, so it is opt-in; call it in
-    each rank after ``dist.init_parallel_env()``. It raises :class:`CompatError` on builds it was
-    not verified on (see ``docs/compatibility.md``, "Ranks outside a mesh").
+    each rank after ``dist.init_parallel_env()``. Where it was not verified, and in a process of
+    world size 1, it logs why and leaves Paddle as it is (``docs/compatibility.md``, "Ranks outside
+    a mesh").
     """
     from .compat import install as _install_fixes
     from .reshard import install_reshard

@@ -47,6 +47,7 @@ from paddle.distributed.auto_parallel.local_layer import LocalLayer
 
 from ..errors import CompatError, ValueMismatchError
 from . import cpp_build   # imports Paddle; only install(ranks_outside_mesh=True) imports this module
+from .backend import note_once
 from .fixes import Fix, apply_fixes, revert_fixes
 from .version import require_paddle
 
@@ -55,28 +56,33 @@ VERIFIED_VERSIONS = ("3.3.1",)
 _MODULE: list = [None]   # the loaded C++ piece, once
 
 
-def check_supported() -> None:
-    """Raise :class:`CompatError` when this process is not one the fix was verified on."""
+def unsupported_reason() -> str | None:
+    """Why the fix does not apply in this process (None: it does)."""
     require_paddle("ranks-outside-mesh")
-    what = "paddle_ext.install(ranks_outside_mesh=True)"
+    what = "install(ranks_outside_mesh=True)"
     if paddle.__version__ not in VERIFIED_VERSIONS:
-        raise CompatError(f"{what} was verified on Paddle {', '.join(VERIFIED_VERSIONS)} only (it registers a "
-                          f"device type in Paddle's C++ device manager); found Paddle {paddle.__version__}")
+        return (f"{what} was verified on Paddle {', '.join(VERIFIED_VERSIONS)} only (it registers a device "
+                f"type in Paddle's C++ device manager); found Paddle {paddle.__version__}")
     if paddle.is_compiled_with_cuda() or paddle.is_compiled_with_xpu() or paddle.is_compiled_with_rocm():
-        raise CompatError(f"{what} is for the CPU wheel of Paddle; this Paddle is a GPU/XPU build, whose "
-                          "ranks outside a mesh take another path (leave the option off)")
+        return (f"{what} is for the CPU wheel of Paddle; on this GPU/XPU build ranks outside a mesh take "
+                "Paddle's own path")
     types = list(core.get_all_custom_device_type())
     if types and types != [DEVICE_TYPE]:
-        raise CompatError(f"{what}: a real custom device is registered ({', '.join(types)}); Paddle would put "
-                          f"the empty locals of ranks outside a mesh there already (leave the option off)")
+        return (f"{what}: a real custom device is registered ({', '.join(types)}); Paddle puts the empty "
+                "locals of ranks outside a mesh there already")
     if dist.get_world_size() < 2:
-        raise CompatError(f"{what} belongs in each rank of a multi-rank job (after dist.init_parallel_env()); "
-                          "this process is not one (world size 1): in the launcher it would make "
-                          "paddle.distributed.launch take the zero-device type for a real device")
+        return (f"{what} is for each rank of a multi-rank job (after dist.init_parallel_env()); this process "
+                "is one (world size 1), where every rank is in every mesh")
+    return None
 
 
 def _needed() -> bool:
-    check_supported()
+    """Apply where verified; elsewhere leave Paddle as it is, with one log line naming why (the
+    program then runs as on Paddle alone)."""
+    reason = unsupported_reason()
+    if reason is not None:
+        note_once("ranks-outside-mesh", f"{reason}: not applied, Paddle's behaviour is unchanged")
+        return False
     return True
 
 
@@ -204,7 +210,7 @@ FIXES: dict[str, Fix] = {
 
 
 def install() -> list[str]:
-    """Apply the fix (idempotent; raises :class:`CompatError` where it was not verified)."""
+    """Apply the fix where it was verified (idempotent); elsewhere log why and change nothing."""
     return apply_fixes(FIXES)
 
 

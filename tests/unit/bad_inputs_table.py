@@ -403,11 +403,6 @@ ROWS: tuple[Row, ...] = (
         'from paddle_ext.compat import to_dist_attr\nto_dist_attr("mesh", "[R]", 2)', "ConversionError",
         "mesh must be a paddle.distributed.ProcessMesh or a mesh shape (a sequence of ints such as "
         "(2, 2)), got str 'mesh'"),
-    Row("compat-outside-mesh-one-process", "compat",
-        'import paddle_ext\npaddle_ext.install(ranks_outside_mesh=True)', "CompatError",
-        "paddle_ext.install(ranks_outside_mesh=True) belongs in each rank of a multi-rank job (after "
-        "dist.init_parallel_env()); this process is not one (world size 1): in the launcher it would make "
-        "paddle.distributed.launch take the zero-device type for a real device"),
     Row("reshard-cross-mesh-without-init", "reshard",
         'import os, paddle, paddle.distributed as dist\nfrom paddle_ext import reshard\n'
         'def across_meshes_without_init_parallel_env():  # a 2-rank job that never called init_parallel_env\n'
