@@ -33,6 +33,11 @@ or unknown backend to Paddle's original when it is called.
   sharding levels), calls a CPU reduce_scatter kernel that only throws; in a multi-process gloo
   job those calls run on gloo (``compat/cpu_reduce_scatter.py``, C++ piece
   ``cpu_reduce_scatter``, built once per machine in about 25 s and cached).
+* ``zero3-gather-on-conflict`` -- ShardingStage3 shards every parameter on its "dp" dim, biases and
+  embeddings included, and leaves gathering them to the ops' SPMD rules; in dygraph Paddle's
+  ``linear`` and ``embedding`` rules refuse such a parameter from the second step of a dp x mp
+  plan ("Tensor Axis[c] is Sharded by two different mesh dimension"). Where a rule refuses, the
+  parameter is all-gathered on its sharding dim and the op runs again (``compat/zero3_gather.py``).
 * ``checkpoint-cpu-load`` -- ``dist.load_state_dict`` moves every tensor it reshards to the GPU with
   ``Tensor.cuda()`` ("ValueError: No available device found." on CPU builds); on CPU the load
   runs with ``cuda()`` keeping tensors where they are, so a checkpoint saved under one plan loads
@@ -49,7 +54,7 @@ from ..errors import CompatError
 from .backend import GLOO, backend_of, note_once
 from .gloo_groups import _gloo_group_store_apply, _has_gloo_groups, group_store
 from .gloo_p2p import _batch_order_apply, _batch_order_needed
-from . import cpu_reduce_scatter
+from . import cpu_reduce_scatter, zero3_gather
 from .version import require_paddle
 
 
@@ -258,6 +263,10 @@ FIXES: dict[str, Fix] = {
             "Paddle's C++ P->S reshard (reached from C++: gradients of sharded parameters, dist.parallelize) "
             "gets a CPU reduce_scatter on gloo", _reduce_scatter_needed, _reduce_scatter_apply,
             _undo=cpu_reduce_scatter.unhook),
+        Fix("zero3-gather-on-conflict",
+            "a ShardingStage3 parameter that Paddle's SPMD rule refuses (a sharded bias in linear, a sharded "
+            "vocab in embedding) is all-gathered on its sharding dim and the op runs again",
+            zero3_gather.needed, zero3_gather.apply, _undo=zero3_gather.unwrap_ops),
         Fix("checkpoint-cpu-load",
             "dist.load_state_dict reshards on CPU instead of calling Tensor.cuda()",
             _cpu_only, _checkpoint_apply),

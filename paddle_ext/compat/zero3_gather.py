@@ -1,0 +1,143 @@
+"""``zero3-gather-on-conflict``: a ZeRO-3 parameter that Paddle's SPMD rule cannot place is
+all-gathered on its sharding dim first, as ZeRO-3 means it to be.
+
+``dist.shard_optimizer(opt, dist.ShardingStage3("dp"))`` shards every parameter along the "dp"
+mesh dim, including those the model left replicated (a linear's bias, a word embedding), and
+leaves the gathering to the SPMD rules of the ops that use them. In dygraph on Paddle 3.3.1 two
+rules refuse such a parameter instead of gathering it, from the second step of a dp x mp plan on
+(PaddleNLP's GPT and Qwen auto models; a rule's refusal, not a CPU kernel, so any device):
+
+* ``linear(x, W, b)`` with ``W`` column-parallel (``[S(0) on dp, S(1) on mp]``) and ``b``
+  ``[S(0) on dp, R]``: the output axis would be sharded by two mesh dims ("Tensor Axis[c] is
+  Sharded by two different mesh dimension [0] and [1]");
+* ``embedding(ids, W)`` with ``ids`` batch-sharded on dp and ``W``'s vocab axis on dp
+  ("Multiple Tensor Axes [a,k] is sharded by same mesh dimension [0]").
+
+The fix wraps those ops (:data:`OPS` of ``paddle._C_ops``, looked up at call time by Paddle's
+Python API) once a ShardingStage3 optimizer exists in the process (before that nothing is
+wrapped): Paddle runs first, unchanged; only when its SPMD rule raises, in dygraph, and an input
+is a parameter of a ShardingStage3 optimizer, that parameter is resharded ``Shard -> Replicate``
+on its sharding mesh dim (an all-gather; its gradient goes back through the reshard's own
+backward, a reduce-scatter) and the op runs again. The rule raises before any kernel runs or any
+gradient node is made, so the retry is the only run. Everything else goes to Paddle unchanged.
+
+Importing this module imports no Paddle.
+"""
+from __future__ import annotations
+
+import weakref
+
+from .backend import note_once
+from .version import require_paddle
+
+# the ops whose inputs are parameters in the models measured (linear and embedding refused;
+# the others take parameters too: a norm's weight, a bias added on its own)
+OPS = ("linear", "embedding", "matmul", "add", "multiply", "layer_norm", "rms_norm")
+# parameters of ShardingStage3 optimizers: id -> (weak reference, sharding mesh dim index)
+_ZERO3: dict[int, tuple] = {}
+_WRAPPED: list = []   # (paddle._C_ops, name, original) of the ops wrapped so far
+
+
+def _record(optimizer) -> None:
+    """Remember the parameters of a ShardingStage3 ``_ShardOptimizer`` and their sharding axis."""
+    shard_fn = getattr(optimizer, "_shard_fn", None)
+    if not isinstance(shard_fn, _api().ShardingStage3):
+        return
+    params = optimizer._inner_opt._parameter_list
+    if params and isinstance(params[0], dict):   # parameter groups
+        params = [p for group in params for p in group["params"]]
+    for p in params:
+        _ZERO3[id(p)] = (weakref.ref(p), shard_fn._sharding_axis)
+    if not _WRAPPED:
+        _wrap_ops()
+
+
+def _sharding_axis(tensor) -> int | None:
+    entry = _ZERO3.get(id(tensor))
+    if entry is None or entry[0]() is not tensor:
+        return None
+    return entry[1]
+
+
+def gathered(value, dist):
+    """``value`` with a ZeRO-3 parameter resharded to Replicate on its sharding dim, or None when
+    ``value`` is not such a parameter sharded there."""
+    axis = _sharding_axis(value)
+    if axis is None or not value.is_dist() or not isinstance(value.placements[axis], dist.Shard):
+        return None
+    placements = list(value.placements)
+    placements[axis] = dist.Replicate()
+    return dist.reshard(value, value.process_mesh, placements)
+
+
+def _rule_refused(exc: Exception) -> bool:
+    return "spmd_rules" in str(exc)
+
+
+def _wrap(original, name: str, paddle):
+    dist = paddle.distributed
+
+    def op(*args, **kwargs):
+        try:
+            return original(*args, **kwargs)
+        except Exception as exc:   # Paddle raises NotImplementedError or RuntimeError from a rule
+            if not _ZERO3 or not _rule_refused(exc) or not paddle.in_dynamic_mode():
+                raise
+            args2 = [gathered(a, dist) if isinstance(a, paddle.Tensor) else None for a in args]
+            kwargs2 = {k: gathered(v, dist) if isinstance(v, paddle.Tensor) else None for k, v in kwargs.items()}
+            if not any(a is not None for a in args2) and not any(v is not None for v in kwargs2.values()):
+                raise
+            note_once(f"zero3-gather-{name}", f"{name}: Paddle's SPMD rule refused a ShardingStage3 parameter "
+                      f"({str(exc).splitlines()[0][:160]}); gathering it on its sharding dim first")
+            args = [b if b is not None else a for a, b in zip(args, args2)]
+            kwargs = {k: kwargs2[k] if kwargs2[k] is not None else v for k, v in kwargs.items()}
+            return original(*args, **kwargs)
+
+    op.__name__ = name
+    op.__doc__ = original.__doc__
+    op.__wrapped__ = original
+    return op
+
+
+def _wrap_ops() -> None:
+    paddle = require_paddle("fix zero3-gather-on-conflict")
+    for name in OPS:
+        original = getattr(paddle._C_ops, name, None)
+        if original is not None:
+            setattr(paddle._C_ops, name, _wrap(original, name, paddle))
+            _WRAPPED.append((paddle._C_ops, name, original))
+
+
+def unwrap_ops() -> None:
+    """Put Paddle's ops back and forget the recorded parameters (the fix's revert)."""
+    while _WRAPPED:
+        owner, name, original = _WRAPPED.pop()
+        setattr(owner, name, original)
+    _ZERO3.clear()
+
+
+def _api():
+    """Paddle's ``paddle.distributed.auto_parallel.api`` (loaded by ``import paddle``)."""
+    return require_paddle("fix zero3-gather-on-conflict").distributed.auto_parallel.api
+
+
+def apply():
+    """Patch ``_ShardOptimizer.__init__`` to record ZeRO-3 parameters (and wrap :data:`OPS` at the
+    first ShardingStage3 optimizer)."""
+    api = _api()
+
+    init = api._ShardOptimizer.__init__
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        _record(self)
+
+    __init__.__wrapped__ = init
+    api._ShardOptimizer.__init__ = __init__
+    return [(api._ShardOptimizer, "__init__", init)]
+
+
+def needed() -> bool:
+    """Paddle's dygraph ``_ShardOptimizer`` with ShardingStage3 exists (every Paddle 3.x)."""
+    api = _api()
+    return hasattr(api, "_ShardOptimizer") and hasattr(api, "ShardingStage3")
