@@ -16,7 +16,7 @@ once more.
 
 Users: :mod:`.static_collectives` (gloo collective ops for the static Engine), :mod:`.fast_key`
 (the dispatch fast path's cache key), :mod:`.outside_mesh` (opt-in: ranks outside a mesh) and
-:mod:`.cpu_reduce_scatter` (the C++ reshard's reduce_scatter on CPU).
+:mod:`.cpu_collectives` (the C++ reshard's reduce_scatter and all_to_all on CPU).
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ PIECES = {
     "fast_key": ("paddle_ext_fast_key", "fast_key.cc", "dispatch key"),
     "gloo_ops": ("paddle_ext_gloo_ops", "gloo_ops.cc", "gloo ops"),
     "outside_mesh": ("paddle_ext_outside_mesh", "outside_mesh.cc", "ranks-outside-mesh device"),
-    "cpu_reduce_scatter": ("paddle_ext_cpu_reduce_scatter", "cpu_reduce_scatter.cc", "CPU reduce_scatter"),
+    "cpu_collectives": ("paddle_ext_cpu_collectives", "cpu_collectives.cc", "CPU reduce_scatter and all_to_all"),
 }
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc")
 BUILD_TIMEOUT = 900   # seconds; a build takes 20-30 s with g++ on this machine

@@ -28,11 +28,12 @@ or unknown backend to Paddle's original when it is called.
   for its peer's receive, so a batch that exchanges both ways deadlocks when both peers send
   first (``Schedule1F1B``); on gloo a batch now goes peer by peer, the lower rank of each pair
   sending first (``compat/gloo_p2p.py``).
-* ``cpu-reduce-scatter`` -- Paddle's C++ P -> S reshard, reached from C++ where no Python sees it
-  (the gradient of a sharded parameter's all-gather, ``dist.parallelize``'s sequence parallel and
-  sharding levels), calls a CPU reduce_scatter kernel that only throws; in a multi-process gloo
-  job those calls run on gloo (``compat/cpu_reduce_scatter.py``, C++ piece
-  ``cpu_reduce_scatter``, built once per machine in about 25 s and cached).
+* ``cpu-collectives`` -- Paddle's C++ P -> S and S -> S reshards, reached from C++ where no Python
+  sees them (the gradient of a sharded parameter's all-gather, ``dist.parallelize``'s sequence
+  parallel and sharding levels, ``dist.reshard`` without ``init_parallel_env``), call CPU
+  reduce_scatter and all_to_all kernels that only throw; in a multi-process gloo job those calls
+  run on gloo (``compat/cpu_collectives.py``, C++ piece
+  ``cpu_collectives``, built once per machine in about 25 s and cached).
 * ``zero3-gather-on-conflict`` -- ShardingStage3 shards every parameter on its "dp" dim, biases and
   embeddings included, and leaves gathering them to the ops' SPMD rules; in dygraph Paddle's
   ``linear`` and ``embedding`` rules refuse such a parameter from the second step of a dp x mp
@@ -54,7 +55,7 @@ from ..errors import CompatError
 from .backend import GLOO, backend_of, note_once
 from .gloo_groups import _gloo_group_store_apply, _has_gloo_groups, group_store
 from .gloo_p2p import _batch_order_apply, _batch_order_needed
-from . import cpu_reduce_scatter, zero3_gather
+from . import cpu_collectives, zero3_gather
 from .version import require_paddle
 
 
@@ -221,20 +222,20 @@ def _checkpoint_apply():
     return [(dcp_load, "load_state_dict", original), (dist, "load_state_dict", original)]
 
 
-def _reduce_scatter_needed() -> bool:
+def _cpu_collectives_needed() -> bool:
     """A multi-process job on gloo (a one-process run has no reduce_scatter to serve)."""
-    paddle = require_paddle("fix cpu-reduce-scatter")
+    paddle = require_paddle("fix cpu-collectives")
     return _cpu_only() and paddle.distributed.get_world_size() > 1
 
 
-def _reduce_scatter_apply():
+def _cpu_collectives_apply():
     try:
-        cpu_reduce_scatter.hook()
+        cpu_collectives.hook()
     except CompatError as exc:  # a build the hook does not know: Paddle's kernel stays, install() goes on
-        note_once("cpu-reduce-scatter", f"{exc}; Paddle's C++ P->S keeps Paddle's CPU kernel")
+        note_once("cpu-collectives", f"{exc}; Paddle's C++ P->S and S->S keep Paddle's CPU kernels")
         return []
-    cpu_reduce_scatter.HOOKED = True
-    return [(cpu_reduce_scatter, "HOOKED", False)]
+    cpu_collectives.HOOKED = True
+    return [(cpu_collectives, "HOOKED", False)]
 
 
 def _stay_on_cpu(tensor, *args, **kwargs):
@@ -259,10 +260,10 @@ FIXES: dict[str, Fix] = {
         Fix("gloo-batch-p2p-order",
             "dist.batch_isend_irecv on gloo exchanges peer by peer, lower rank sending first (Schedule1F1B "
             "no longer deadlocks)", _batch_order_needed, _batch_order_apply),
-        Fix("cpu-reduce-scatter",
-            "Paddle's C++ P->S reshard (reached from C++: gradients of sharded parameters, dist.parallelize) "
-            "gets a CPU reduce_scatter on gloo", _reduce_scatter_needed, _reduce_scatter_apply,
-            _undo=cpu_reduce_scatter.unhook),
+        Fix("cpu-collectives",
+            "Paddle's C++ P->S and S->S reshards (reached from C++: gradients of sharded parameters, "
+            "dist.parallelize, dist.reshard without init_parallel_env) get CPU reduce_scatter and all_to_all on gloo", _cpu_collectives_needed, _cpu_collectives_apply,
+            _undo=cpu_collectives.unhook),
         Fix("zero3-gather-on-conflict",
             "a ShardingStage3 parameter that Paddle's SPMD rule refuses (a sharded bias in linear, a sharded "
             "vocab in embedding) is all-gathered on its sharding dim and the op runs again",

@@ -90,7 +90,7 @@ def test_a_3_rank_group_in_a_world_of_6(tmp_path):
 
 M01, M10 = (0, 1), (1, 0)
 NATIVE_ON_NCCL = {  # Paddle does these exactly on NCCL; on CPU all_to_all has no kernel (Paddle's own
-    # error proves Paddle's path ran), and P->S runs on install()'s cpu-reduce-scatter hook
+    # error proves Paddle's path ran), and P->S runs on install()'s cpu-collectives hook
     "R->S(0)": (Case("R->S(0)", (4, 6), M01, "[R]", M01, "[S(0)]"), None),
     "S(0)->R": (Case("S(0)->R", (4, 6), M01, "[S(0)]", M01, "[R]"), None),
     "P(sum)->R": (Case("P(sum)->R", (4, 6), M01, "[P(sum)]", M01, "[R]"), None),

@@ -113,7 +113,7 @@ def test_paddle_own_functions_zero_a_mesh_without_rank0_and_lack_the_rest(tmp_pa
     assert not per_rank[1][1][1].any()
     for rank in range(2):
         assert per_rank[rank][2][0] == "error" and "There is no reshard function" in per_rank[rank][2][1]
-        # P -> S: Paddle's own function's reduce_scatter runs on install()'s cpu-reduce-scatter
+        # P -> S: Paddle's own function's reduce_scatter runs on install()'s cpu-collectives
         # hook, exactly; S -> S builds all_to_all (no CPU kernel); uneven S -> R crashes
         shape, mesh_ids, src, dst = NATIVE_CASES[3]
         status, value, chosen = per_rank[rank][3]

@@ -24,7 +24,7 @@ def test_doctor_json_lists_everything_and_passes():
     assert report["numpy"] == numpy.__version__
     assert report["backend"] == ("nccl" if paddle.is_compiled_with_cuda() else "gloo")
     assert set(report["compat_fixes"]) == {"numpy-mesh-rank", "static-gloo-groups", "static-gloo-barrier",
-                                           "gloo-group-rendezvous", "gloo-batch-p2p-order", "cpu-reduce-scatter",
+                                           "gloo-group-rendezvous", "gloo-batch-p2p-order", "cpu-collectives",
                                            "checkpoint-cpu-load", "static-gloo-rings",
                                            "zero3-gather-on-conflict"}
     for fix in report["compat_fixes"].values():

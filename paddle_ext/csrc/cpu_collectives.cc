@@ -1,20 +1,26 @@
-// paddle-ext: a CPU reduce_scatter for Paddle's C++ reshard (Paddle 3.3.1 CPU wheel, gloo).
+// paddle-ext: CPU reduce_scatter and all_to_all for Paddle's C++ reshard (Paddle 3.3.1 CPU
+// wheel, gloo).
 //
 // Why: the C++ P -> S reshard (p_to_s_reshard_function.cc, reached from C++ only: the backward
 // of an all-gather the dist API inserted, e.g. a ZeRO-3 parameter's S(0) -> R on "dp" when the
-// mesh is dp x mp) calls phi::ReduceScatterKernel<T, CPUContext>, which on the CPU wheel only
-// throws "Unimplemented cpu kernel for CReduceScatterOp". No Python hook sees that call.
+// mesh is dp x mp) calls phi::ReduceScatterKernel<T, CPUContext>, and the C++ S(i) -> S(j)
+// reshard (s_to_s_reshard_function.cc; dist.reshard without init_parallel_env) calls
+// phi::AllToAllKernel<T, CPUContext>. On the CPU wheel both only throw ("Unimplemented cpu
+// kernel for CReduceScatterOp" / "for all_to_all"). No Python hook sees those calls.
 //
-// How: libphi_core.so calls ReduceScatterKernel<T, CPUContext> through its PLT, so the call goes
-// through a GOT slot. hook() points the slots of every loaded library that imports the kernel at
-// the functions below (float, double, int32, int64) and unhook() puts Paddle's back. The
-// replacement all-reduces the whole input on the communicator the reshard bound to the context
-// (dev_ctx.GetCommContext(), the GlooCommContext of the reshard's ranks) and keeps this rank's
-// block of dim 0: exact (the sum is gloo's all_reduce), with an all_reduce's traffic rather than
-// a reduce-scatter's -- the same as paddle-ext's static pe_gloo_reduce_scatter (gloo_ops.cc).
+// How: libphi_core.so calls both kernels through its PLT, so each call goes through a GOT slot.
+// hook() points the slots of every loaded library that imports a kernel at the functions below
+// (float, double, int32, int64) and unhook() puts Paddle's back. Both run on the communicator
+// the reshard bound to the context (dev_ctx.GetCommContext(), the GlooCommContext of the
+// reshard's ranks), with more traffic than the collective they stand for, and exact:
+// - reduce_scatter: all-reduce the whole input (gloo's sum), keep this rank's block of dim 0 --
+//   the same as paddle-ext's static pe_gloo_reduce_scatter (gloo_ops.cc);
+// - all_to_all (block j of dim 0 goes to rank j; block j of the output came from rank j):
+//   all-gather every rank's input, keep block `rank` of each rank's part -- an all_gather's
+//   traffic, n times an all_to_all's.
 //
-// Built by paddle_ext/compat/cpp_build.py (piece "cpu_reduce_scatter"); applied by
-// paddle_ext/compat/cpu_reduce_scatter.py.
+// Built by paddle_ext/compat/cpp_build.py (piece "cpu_collectives"); applied by
+// paddle_ext/compat/cpu_collectives.py.
 #include <elf.h>
 #include <link.h>
 #include <sys/mman.h>
@@ -38,6 +44,7 @@ namespace distributed {
 class GlooCommContext : public CommContext {
  public:
   void AllReduce(phi::DenseTensor* out, const phi::DenseTensor& in, int reduce_type, uint32_t tag);  // 0: sum
+  void AllGather(phi::DenseTensor* out, const phi::DenseTensor& in, uint32_t tag);
 };
 }  // namespace distributed
 }  // namespace phi
@@ -66,6 +73,29 @@ void ReduceScatterOnGloo(const phi::CPUContext& dev_ctx, const phi::DenseTensor&
   g_calls.fetch_add(1);
 }
 
+template <typename T>
+void AllToAllOnGloo(const phi::CPUContext& dev_ctx, const phi::DenseTensor& x, phi::DenseTensor* out) {
+  auto* comm = static_cast<phi::distributed::GlooCommContext*>(dev_ctx.GetCommContext());
+  PD_CHECK(comm != nullptr, "paddle-ext cpu all_to_all: the reshard bound no communicator to the CPU context");
+  int nranks = comm->GetSize();
+  PD_CHECK(x.dims().size() > 0 && x.dims()[0] % nranks == 0, "paddle-ext cpu all_to_all: dim 0 of the input (",
+           x.dims().size() > 0 ? x.dims()[0] : 0, ") must split evenly over the communicator's ", nranks, " ranks");
+  phi::DenseTensor gathered;  // rank r's input at [r * numel, (r + 1) * numel)
+  auto dims = x.dims();
+  dims[0] *= nranks;
+  gathered.Resize(dims);
+  dev_ctx.Alloc(&gathered, x.dtype());
+  comm->AllGather(&gathered, x, 0);
+  out->Resize(x.dims());
+  T* dst = static_cast<T*>(dev_ctx.Alloc(out, x.dtype()));
+  const T* src = gathered.data<T>();
+  int64_t numel = x.numel(), block = numel / nranks, me = comm->GetRank();
+  for (int64_t r = 0; r < nranks; ++r) {  // output block r: rank r's block `me`
+    std::memcpy(dst + r * block, src + r * numel + me * block, block * sizeof(T));
+  }
+  g_calls.fetch_add(1);
+}
+
 // The kernel instances the reshard calls (their mangled names) and the replacements.
 const std::vector<std::pair<const char*, void*>>& Targets() {
   static const std::vector<std::pair<const char*, void*>> targets = {
@@ -77,6 +107,14 @@ const std::vector<std::pair<const char*, void*>>& Targets() {
        reinterpret_cast<void*>(&ReduceScatterOnGloo<int32_t>)},
       {"_ZN3phi19ReduceScatterKernelIlNS_10CPUContextEEEvRKT0_RKNS_11DenseTensorEiPS5_",
        reinterpret_cast<void*>(&ReduceScatterOnGloo<int64_t>)},
+      {"_ZN3phi14AllToAllKernelIfNS_10CPUContextEEEvRKT0_RKNS_11DenseTensorEPS5_",
+       reinterpret_cast<void*>(&AllToAllOnGloo<float>)},
+      {"_ZN3phi14AllToAllKernelIdNS_10CPUContextEEEvRKT0_RKNS_11DenseTensorEPS5_",
+       reinterpret_cast<void*>(&AllToAllOnGloo<double>)},
+      {"_ZN3phi14AllToAllKernelIiNS_10CPUContextEEEvRKT0_RKNS_11DenseTensorEPS5_",
+       reinterpret_cast<void*>(&AllToAllOnGloo<int32_t>)},
+      {"_ZN3phi14AllToAllKernelIlNS_10CPUContextEEEvRKT0_RKNS_11DenseTensorEPS5_",
+       reinterpret_cast<void*>(&AllToAllOnGloo<int64_t>)},
   };
   return targets;
 }
@@ -94,7 +132,7 @@ void Write(void** where, void* value, bool relro) {
   // a GOT in the object's RELRO segment is read-only after start-up: open its page for the one
   // write and close it again; a lazily bound GOT stays writable, as the dynamic linker needs it
   PD_CHECK(mprotect(reinterpret_cast<void*>(start), page, PROT_READ | PROT_WRITE) == 0,
-           "paddle-ext cpu reduce_scatter: cannot make a GOT page writable");
+           "paddle-ext cpu collectives: cannot make a GOT page writable");
   *where = value;
   if (relro) mprotect(reinterpret_cast<void*>(start), page, PROT_READ);
 }
@@ -148,8 +186,8 @@ int PatchObject(struct dl_phdr_info* info, size_t, void*) {
 }
 }  // namespace
 
-// Point every loaded library's GOT slots for ReduceScatterKernel<T, CPUContext> at the gloo
-// replacement; returns how many slots point there now (0: nothing imports it through a PLT).
+// Point every loaded library's GOT slots for ReduceScatterKernel<T, CPUContext> and
+// AllToAllKernel<T, CPUContext> at the gloo replacements; returns how many slots point there now (0: nothing imports it through a PLT).
 int hook() {
 #if !defined(__x86_64__)
   return 0;  // the slots are found by x86-64 relocation type; elsewhere Paddle's kernel stays
@@ -168,7 +206,7 @@ int unhook() {
 
 int64_t calls() { return g_calls.load(); }
 
-PYBIND11_MODULE(paddle_ext_cpu_reduce_scatter, m) {
+PYBIND11_MODULE(paddle_ext_cpu_collectives, m) {
   m.def("hook", &hook);
   m.def("unhook", &unhook);
   m.def("calls", &calls);
