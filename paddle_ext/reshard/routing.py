@@ -77,10 +77,14 @@ def to_paddle_first(paddle, x, mesh, backend: str | None) -> str | None:
     return None
 
 
+def meshes_differ(src_ranks, src_shape, dst_ranks, dst_shape) -> bool:
+    """The two meshes differ in ranks (or their order) or shape: Paddle's cross-mesh path."""
+    return tuple(src_ranks) != tuple(dst_ranks) or tuple(src_shape) != tuple(dst_shape)
+
+
 def _cross_mesh(x, mesh) -> bool:
-    """The two meshes differ in ranks or shape (Paddle's SameStatusReshardFunction path)."""
     src = x.process_mesh
-    return list(src.process_ids) != list(mesh.process_ids) or list(src.shape) != list(mesh.shape)
+    return meshes_differ(src.process_ids, src.shape, mesh.process_ids, mesh.shape)
 
 
 def call_backend(x, mesh) -> str | None:
@@ -94,7 +98,7 @@ def nccl_keeps(src: DistSpec, dst: DistSpec, s_ranks, d_ranks) -> str | None:
     if not (_even(src) and _even(dst)) or any(n == 0 for n in src.shape):
         return "uneven"
     pairs = list(zip(src.placements, dst.placements))
-    if tuple(s_ranks) != tuple(d_ranks) or src.mesh_shape != dst.mesh_shape:
+    if meshes_differ(s_ranks, src.mesh_shape, d_ranks, dst.mesh_shape):
         return None if src.placements == dst.placements and not _non_sum(src) else "cross-mesh"
     for a, b in pairs:
         if isinstance(b, Partial) and b.op != "sum":

@@ -105,8 +105,8 @@ class Scenario:
     group: str = "noinit"      # "noinit" | "init" (calls init_parallel_env) | "isolated"
     exact: bool = False        # paddle-ext must give bit-identical values (same collectives)
     timeout: float = 90.0      # for an isolated launch
-    background: bool = False   # isolated, and known to sit idle (a deadlock waiting out gloo's
-                               # 30 s timeout): run_modes runs it beside the other launches
+    background: bool = False   # isolated, and idle in some mode (Paddle alone's deadlock waits out
+                               # gloo's 30 s timeout): run_modes runs it beside the other launches
     rtol: float = 1e-5         # against dense
     atol: float = 1e-6
 
@@ -260,7 +260,7 @@ def run_mode(mode: str, names: list, log_root: str | os.PathLike, batch_timeout:
 
 def run_modes(modes, names: list, log_root: str | os.PathLike, batch_timeout: float = 240.0) -> dict:
     """{mode: run_mode(mode, names)}, with the ``background`` scenarios' launches (idle until
-    gloo's timeout) run one at a time in a thread beside the other launches, so their waiting
+    gloo's timeout in some mode) run one at a time in a thread beside the other launches, so their waiting
     overlaps work instead of adding to it."""
     from concurrent.futures import ThreadPoolExecutor
 
