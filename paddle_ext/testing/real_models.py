@@ -276,22 +276,28 @@ def _loss_value(loss, rank: int):
 
 
 class _Rows:
-    """Map-style dataset of the :func:`batches` rows (a plain DataLoader over it gives them back)."""
+    """Map-style dataset of the :func:`batches` rows (a plain DataLoader over it gives them back).
+    ``labels_as_input``: (ids, labels, labels), for ``dist.to_static`` of a model that computes its
+    own loss (the Engine takes the last field as the loss's label and the others as the model's
+    inputs)."""
 
-    def __init__(self):
+    def __init__(self, labels_as_input: bool = False):
         rows = batches()
         self.ids = np.concatenate([b[0] for b in rows])
         self.labels = np.concatenate([b[1] for b in rows])
+        self.labels_as_input = labels_as_input
 
     def __len__(self):
         return len(self.ids)
 
     def __getitem__(self, i):
-        return [self.ids[i], self.labels[i]]
+        row = [self.ids[i], self.labels[i]]
+        return row + [self.labels[i]] if self.labels_as_input else row
 
 
 class _LossOf:
-    """A model that computes its own loss from labels, as a module of (input_ids, labels)."""
+    """A model that computes its own loss from labels, as a module of (input_ids, labels), and
+    the loss layer ``dist.to_static`` then needs: (loss, labels) -> loss."""
 
     def __new__(cls, net):
         import paddle
@@ -304,7 +310,11 @@ class _LossOf:
             def forward(self, ids, labels):
                 return _forward_loss(self.inner, None, ids, labels)
 
-        return LossOf(net)
+        class PassLoss(paddle.nn.Layer):
+            def forward(self, loss, labels):
+                return loss
+
+        return LossOf(net), PassLoss()
 
 
 def train_rank(model: str, plan: str, mode: str, exec_mode: str) -> dict:
@@ -363,8 +373,8 @@ def train_rank(model: str, plan: str, mode: str, exec_mode: str) -> dict:
     if pp > 1:
         meshes.append(global_mesh.get_mesh_with_dim("pp")[pp - 1])
 
-    def loader():
-        plain = paddle.io.DataLoader(_Rows(), batch_size=BATCH, shuffle=False, drop_last=True)
+    def loader(labels_as_input=False):
+        plain = paddle.io.DataLoader(_Rows(labels_as_input), batch_size=BATCH, shuffle=False, drop_last=True)
         return dist.shard_dataloader(plain, meshes=meshes, shard_dims="dp")
 
     losses = []
@@ -377,12 +387,13 @@ def train_rank(model: str, plan: str, mode: str, exec_mode: str) -> dict:
             opt.clear_grad()
             losses.append(_loss_value(loss, rank))
     else:
-        if criterion is None:
-            net, criterion = _LossOf(net), None
-        dm = dist.to_static(net, loader(), criterion, opt)
+        own_loss = criterion is None
+        if own_loss:
+            net, criterion = _LossOf(net)
+        dm = dist.to_static(net, loader(own_loss), criterion, opt)
         dm.train()
-        for ids, labels in loader():
-            losses.append(_loss_value(dm(ids, labels), rank))
+        for batch in loader(own_loss):
+            losses.append(_loss_value(dm(*batch), rank))
     if all(v is None for v in losses):
         losses = None
     return {"rank": rank, "losses": losses, "params_written": written}
