@@ -3,9 +3,10 @@ all-gathered on its sharding dim first, as ZeRO-3 means it to be.
 
 ``dist.shard_optimizer(opt, dist.ShardingStage3("dp"))`` shards every parameter along the "dp"
 mesh dim, including those the model left replicated (a linear's bias, a word embedding), and
-leaves the gathering to the SPMD rules of the ops that use them. In dygraph on Paddle 3.3.1 two
-rules refuse such a parameter instead of gathering it, from the second step of a dp x mp plan on
-(PaddleNLP's GPT and Qwen auto models; a rule's refusal, not a CPU kernel, so any device):
+leaves the gathering to the SPMD rules of the ops that use them. On Paddle 3.3.1 two rules refuse
+such a parameter instead of gathering it: in dygraph from the second step of a dp x mp plan on,
+and while ``dist.to_static`` builds its program (PaddleNLP's GPT and Qwen auto models; a rule's
+refusal, not a CPU kernel, so any device):
 
 * ``linear(x, W, b)`` with ``W`` column-parallel (``[S(0) on dp, S(1) on mp]``) and ``b``
   ``[S(0) on dp, R]``: the output axis would be sharded by two mesh dims ("Tensor Axis[c] is
@@ -15,11 +16,12 @@ rules refuse such a parameter instead of gathering it, from the second step of a
 
 The fix wraps those ops (:data:`OPS` of ``paddle._C_ops``, looked up at call time by Paddle's
 Python API) once a ShardingStage3 optimizer exists in the process (before that nothing is
-wrapped): Paddle runs first, unchanged; only when its SPMD rule raises, in dygraph, and an input
-is a parameter of a ShardingStage3 optimizer, that parameter is resharded ``Shard -> Replicate``
-on its sharding mesh dim (an all-gather; its gradient goes back through the reshard's own
-backward, a reduce-scatter) and the op runs again. The rule raises before any kernel runs or any
-gradient node is made, so the retry is the only run. Everything else goes to Paddle unchanged.
+wrapped): Paddle runs first, unchanged; only when its SPMD rule raises and an input is a parameter
+of a ShardingStage3 optimizer (in a ``dist.to_static`` program: the parameter's value, by name),
+that parameter is resharded ``Shard -> Replicate`` on its sharding mesh dim (an all-gather; its
+gradient goes back through the reshard's own backward, a reduce-scatter) and the op runs again.
+The rule raises before any kernel runs, any gradient node is made or any program op is added, so
+the retry is the only run. Everything else goes to Paddle unchanged.
 
 Importing this module imports no Paddle.
 """
@@ -33,8 +35,10 @@ from .version import require_paddle
 # the ops whose inputs are parameters in the models measured (linear and embedding refused;
 # the others take parameters too: a norm's weight, a bias added on its own)
 OPS = ("linear", "embedding", "matmul", "add", "multiply", "layer_norm", "rms_norm")
-# parameters of ShardingStage3 optimizers: id -> (weak reference, sharding mesh dim index)
+# parameters of ShardingStage3 optimizers: id -> (weak reference, sharding mesh dim index), and
+# name -> sharding mesh dim index (dist.to_static's program holds them as values of that name)
 _ZERO3: dict[int, tuple] = {}
+_ZERO3_NAMES: dict[str, int] = {}
 _WRAPPED: list = []   # (paddle._C_ops, name, original) of the ops wrapped so far
 
 
@@ -48,15 +52,18 @@ def _record(optimizer) -> None:
         params = [p for group in params for p in group["params"]]
     for p in params:
         _ZERO3[id(p)] = (weakref.ref(p), shard_fn._sharding_axis)
+        _ZERO3_NAMES[p.name] = shard_fn._sharding_axis
     if not _WRAPPED:
         _wrap_ops()
 
 
 def _sharding_axis(tensor) -> int | None:
     entry = _ZERO3.get(id(tensor))
-    if entry is None or entry[0]() is not tensor:
-        return None
-    return entry[1]
+    if entry is not None and entry[0]() is tensor:
+        return entry[1]
+    if getattr(tensor, "persistable", False) and not hasattr(tensor, "_local_value"):   # a program's parameter
+        return _ZERO3_NAMES.get(tensor.name)
+    return None
 
 
 def gathered(value, dist):
@@ -76,15 +83,16 @@ def _rule_refused(exc: Exception) -> bool:
 
 def _wrap(original, name: str, paddle):
     dist = paddle.distributed
+    tensors = (paddle.Tensor, paddle.pir.Value)   # dygraph, and dist.to_static's program building
 
     def op(*args, **kwargs):
         try:
             return original(*args, **kwargs)
         except Exception as exc:   # Paddle raises NotImplementedError or RuntimeError from a rule
-            if not _ZERO3 or not _rule_refused(exc) or not paddle.in_dynamic_mode():
+            if not _ZERO3 or not _rule_refused(exc):
                 raise
-            args2 = [gathered(a, dist) if isinstance(a, paddle.Tensor) else None for a in args]
-            kwargs2 = {k: gathered(v, dist) if isinstance(v, paddle.Tensor) else None for k, v in kwargs.items()}
+            args2 = [gathered(a, dist) if isinstance(a, tensors) else None for a in args]
+            kwargs2 = {k: gathered(v, dist) if isinstance(v, tensors) else None for k, v in kwargs.items()}
             if not any(a is not None for a in args2) and not any(v is not None for v in kwargs2.values()):
                 raise
             note_once(f"zero3-gather-{name}", f"{name}: Paddle's SPMD rule refused a ShardingStage3 parameter "
@@ -114,6 +122,7 @@ def unwrap_ops() -> None:
         owner, name, original = _WRAPPED.pop()
         setattr(owner, name, original)
     _ZERO3.clear()
+    _ZERO3_NAMES.clear()
 
 
 def _api():
