@@ -37,7 +37,8 @@ or unknown backend to Paddle's original when it is called.
 * ``zero3-gather-on-conflict`` -- ShardingStage3 shards every parameter on its "dp" dim, biases and
   embeddings included, and leaves gathering them to the ops' SPMD rules; in dygraph Paddle's
   ``linear`` and ``embedding`` rules refuse such a parameter from the second step of a dp x mp
-  plan ("Tensor Axis[c] is Sharded by two different mesh dimension"). Where a rule refuses, the
+  plan, and so do they while ``dist.to_static`` builds its program ("Tensor Axis[c] is Sharded by
+  two different mesh dimension"). Where a rule refuses, the
   parameter is all-gathered on its sharding dim and the op runs again (``compat/zero3_gather.py``).
 * ``checkpoint-cpu-load`` -- ``dist.load_state_dict`` moves every tensor it reshards to the GPU with
   ``Tensor.cuda()`` ("ValueError: No available device found." on CPU builds); on CPU the load
