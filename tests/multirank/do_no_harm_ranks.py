@@ -40,8 +40,8 @@ def no_init_script(out_dir: str, use_ext: bool) -> None:
     p = dist.auto_parallel.api.dtensor_from_local(paddle.to_tensor(part.astype("float32")), mesh,
                                                   [dist.Partial()])
     out["P->R"] = dist.reshard(p, mesh, [dist.Replicate()])._local_value().numpy()
-    try:  # Paddle has no CPU all_to_all: the same error with and without paddle-ext (handed to Paddle)
-        dist.reshard(x, mesh, [dist.Shard(1)])
+    try:  # Paddle's own S->S (handed to Paddle): no CPU all_to_all alone, install()'s hook with paddle-ext
+        out["S0->S1"] = dist.reshard(x, mesh, [dist.Shard(1)])._local_value().numpy()
         out["S0->S1 error"] = np.array(["none"])
     except Exception as exc:  # noqa: BLE001 - compared between the two runs
         out["S0->S1 error"] = np.array([f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"])

@@ -100,8 +100,8 @@ NATIVE_CASES = [
 
 
 def test_paddle_own_functions_zero_a_mesh_without_rank0_and_lack_the_rest(tmp_path):
-    """Without paddle-ext's functions: the R -> P bug is real, P -> S runs on the reduce_scatter
-    hook, the other gaps fail to build."""
+    """Without paddle-ext's functions: the R -> P bug is real, P -> S and S -> S run on the
+    cpu-collectives hook, the other gaps fail."""
     per_rank = run_ranks(sr.program_cases, nproc=2, args=(NATIVE_CASES, False), timeout=120,
                          log_dir=tmp_path / "log")
     (r0_status, _, r0_chosen), (status, value, chosen) = per_rank[0][0], per_rank[1][0]
@@ -113,14 +113,14 @@ def test_paddle_own_functions_zero_a_mesh_without_rank0_and_lack_the_rest(tmp_pa
     assert not per_rank[1][1][1].any()
     for rank in range(2):
         assert per_rank[rank][2][0] == "error" and "There is no reshard function" in per_rank[rank][2][1]
-        # P -> S: Paddle's own function's reduce_scatter runs on install()'s cpu-collectives
-        # hook, exactly; S -> S builds all_to_all (no CPU kernel); uneven S -> R crashes
-        shape, mesh_ids, src, dst = NATIVE_CASES[3]
-        status, value, chosen = per_rank[rank][3]
-        assert status == "ok" and chosen == ["PToSReshardFunction"], (NATIVE_CASES[3], per_rank[rank][3])
-        np.testing.assert_array_equal(value, _expected_local(shape, mesh_ids, src, dst, rank))
-        for i in (4, 5):
-            assert per_rank[rank][i][0] == "error", (NATIVE_CASES[i], per_rank[rank][i])
+        # P -> S and S -> S: Paddle's own functions' reduce_scatter and all_to_all run on
+        # install()'s cpu-collectives hook, exactly; uneven S -> R fails
+        for i, function in ((3, "PToSReshardFunction"), (4, "SToSReshardFunction")):
+            shape, mesh_ids, src, dst = NATIVE_CASES[i]
+            status, value, chosen = per_rank[rank][i]
+            assert status == "ok" and chosen == [function], (NATIVE_CASES[i], per_rank[rank][i])
+            np.testing.assert_array_equal(value, _expected_local(shape, mesh_ids, src, dst, rank))
+        assert per_rank[rank][5][0] == "error", (NATIVE_CASES[5], per_rank[rank][5])
 
 
 TRAIN_CASES = ["p_to_s", "s_to_s", "uneven_chain"]
