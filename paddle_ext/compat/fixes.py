@@ -39,7 +39,8 @@ or unknown backend to Paddle's original when it is called.
   ``linear`` and ``embedding`` rules refuse such a parameter from the second step of a dp x mp
   plan, and so do they while ``dist.to_static`` builds its program ("Tensor Axis[c] is Sharded by
   two different mesh dimension"). Where a rule refuses, the
-  parameter is all-gathered on its sharding dim and the op runs again (``compat/zero3_gather.py``).
+  parameter is all-gathered on its sharding dim and the op runs again; a stage-3 parameter passed
+  into a ``LocalLayer`` (an MoE gate) is gathered first (``compat/zero3_gather.py``).
 * ``checkpoint-cpu-load`` -- ``dist.load_state_dict`` moves every tensor it reshards to the GPU with
   ``Tensor.cuda()`` ("ValueError: No available device found." on CPU builds); on CPU the load
   runs with ``cuda()`` keeping tensors where they are, so a checkpoint saved under one plan loads

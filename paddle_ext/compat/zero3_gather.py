@@ -14,9 +14,14 @@ refusal, not a CPU kernel, so any device):
 * ``embedding(ids, W)`` with ``ids`` batch-sharded on dp and ``W``'s vocab axis on dp
   ("Multiple Tensor Axes [a,k] is sharded by same mesh dimension [0]").
 
+A third place does not refuse but computes on the wrong thing: a ``LocalLayer`` (an MoE gate in
+PaddleNLP's DeepSeek-V2 auto model) runs on each input's local value, so a stage-3 parameter
+passed in arrives as this rank's shard only (a matmul of [., 64] by [32, .]); in dygraph such a
+parameter is gathered before the layer converts it.
+
 The fix wraps those ops (:data:`OPS` of ``paddle._C_ops``, looked up at call time by Paddle's
-Python API) once a ShardingStage3 optimizer exists in the process (before that nothing is
-wrapped): Paddle runs first, unchanged; only when its SPMD rule raises and an input is a parameter
+Python API) and ``LocalLayer.__call__`` once a ShardingStage3 optimizer exists in the process
+(before that nothing is wrapped): Paddle runs first, unchanged; only when its SPMD rule raises and an input is a parameter
 of a ShardingStage3 optimizer (in a ``dist.to_static`` program: the parameter's value, by name),
 that parameter is resharded ``Shard -> Replicate`` on its sharding mesh dim (an all-gather; its
 gradient goes back through the reshard's own backward, a reduce-scatter) and the op runs again.
@@ -77,6 +82,11 @@ def gathered(value, dist):
     return dist.reshard(value, value.process_mesh, placements)
 
 
+def _gathered_or_same(x, paddle):
+    g = gathered(x, paddle.distributed) if isinstance(x, paddle.Tensor) else None
+    return x if g is None else g
+
+
 def _rule_refused(exc: Exception) -> bool:
     return "spmd_rules" in str(exc)
 
@@ -114,6 +124,19 @@ def _wrap_ops() -> None:
         if original is not None:
             setattr(paddle._C_ops, name, _wrap(original, name, paddle))
             _WRAPPED.append((paddle._C_ops, name, original))
+    local_layer = paddle.distributed.LocalLayer
+    original_call = local_layer.__call__
+
+    def call(self, *inputs, **kwargs):
+        # a LocalLayer computes on each input's local value: a stage-3 parameter passed in (an
+        # MoE gate's weight) is gathered first, or the layer sees only this rank's shard of it
+        if paddle.in_dynamic_mode():
+            inputs = [_gathered_or_same(x, paddle) for x in inputs]
+        return original_call(self, *inputs, **kwargs)
+
+    call.__wrapped__ = original_call
+    local_layer.__call__ = call
+    _WRAPPED.append((local_layer, "__call__", original_call))
 
 
 def unwrap_ops() -> None:
