@@ -41,6 +41,10 @@ or unknown backend to Paddle's original when it is called.
   two different mesh dimension"). Where a rule refuses, the
   parameter is all-gathered on its sharding dim and the op runs again; a stage-3 parameter passed
   into a ``LocalLayer`` (an MoE gate) is gathered first (``compat/zero3_gather.py``).
+* ``stage1-dense-grads`` -- ShardingStage1 reshards every gradient before the update and reads its
+  ``process_mesh``; a plain parameter beside the DistTensors (DeepSeek-V2's auto LM head) has a
+  dense gradient and Paddle fails ("'NoneType' object has no attribute 'shape'"). Its gradient is
+  kept as it is (``compat/stage1_dense_grads.py``).
 * ``checkpoint-cpu-load`` -- ``dist.load_state_dict`` moves every tensor it reshards to the GPU with
   ``Tensor.cuda()`` ("ValueError: No available device found." on CPU builds); on CPU the load
   runs with ``cuda()`` keeping tensors where they are, so a checkpoint saved under one plan loads
@@ -57,7 +61,7 @@ from ..errors import CompatError
 from .backend import GLOO, backend_of, note_once
 from .gloo_groups import _gloo_group_store_apply, _has_gloo_groups, group_store
 from .gloo_p2p import _batch_order_apply, _batch_order_needed
-from . import cpu_collectives, zero3_gather
+from . import cpu_collectives, stage1_dense_grads, zero3_gather
 from .version import require_paddle
 
 
@@ -270,6 +274,9 @@ FIXES: dict[str, Fix] = {
             "a ShardingStage3 parameter that Paddle's SPMD rule refuses (a sharded bias in linear, a sharded "
             "vocab in embedding) is all-gathered on its sharding dim and the op runs again",
             zero3_gather.needed, zero3_gather.apply, _undo=zero3_gather.unwrap_ops),
+        Fix("stage1-dense-grads",
+            "ShardingStage1's gradient reshard keeps the gradient of a plain (non-dist) parameter as it is "
+            "instead of failing on its missing process_mesh", stage1_dense_grads.needed, stage1_dense_grads.apply),
         Fix("checkpoint-cpu-load",
             "dist.load_state_dict reshards on CPU instead of calling Tensor.cuda()",
             _cpu_only, _checkpoint_apply),

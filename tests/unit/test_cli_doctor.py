@@ -26,7 +26,7 @@ def test_doctor_json_lists_everything_and_passes():
     assert set(report["compat_fixes"]) == {"numpy-mesh-rank", "static-gloo-groups", "static-gloo-barrier",
                                            "gloo-group-rendezvous", "gloo-batch-p2p-order", "cpu-collectives",
                                            "checkpoint-cpu-load", "static-gloo-rings",
-                                           "zero3-gather-on-conflict"}
+                                           "zero3-gather-on-conflict", "stage1-dense-grads"}
     for fix in report["compat_fixes"].values():
         assert fix["applied"] == fix["needed"]
     regs = report["registries"]
