@@ -290,6 +290,9 @@ def why(name: str, outcomes: dict) -> str:
     for mode in MODES:
         o = outcomes[mode].get(name)
         if o is not None and o.status != "pass":
+            if o.status == "crash":   # which rank's line comes first (the crash, or a peer's
+                # error after it, e.g. Paddle's "Error Message Summary:") varies from run to run
+                return f"{mode}: a rank's process crashed (a signal or a peer's error after it; see its log)"
             return f"{mode}: {stable_detail(o.detail)}"
     return ""
 
