@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 SECTION = "## Real models"
+BEGIN, END = "<!-- real-models-table:begin -->", "<!-- real-models-table:end -->"   # the table's bounds
 
 
 def _pick(value: str | None, allowed: tuple, what: str) -> list[str]:
@@ -119,10 +120,9 @@ def read_rows(text: str) -> list[dict]:
     run of some cells updates the table instead of replacing it."""
     from ..testing.real_models import MODE_TITLES
 
-    begin, end = "<!-- real-models-table:begin -->", "<!-- real-models-table:end -->"
-    if begin not in text or end not in text:
+    if BEGIN not in text or END not in text:
         return []
-    lines = text.split(begin, 1)[1].split(end, 1)[0].strip().splitlines()
+    lines = text.split(BEGIN, 1)[1].split(END, 1)[0].strip().splitlines()
     if len(lines) < 2:
         return []
     by_title = {title: mode for mode, title in MODE_TITLES.items()}
@@ -162,10 +162,9 @@ def merge(old: list[dict], new: list[dict]) -> list[dict]:
 def write_section(path: Path, table: str) -> None:
     """Replace the table of the "Real models" section of ``path`` (create it if absent)."""
     text = path.read_text() if path.exists() else ""
-    begin, end = "<!-- real-models-table:begin -->", "<!-- real-models-table:end -->"
-    block = f"{begin}\n{table}\n{end}"
-    if begin in text and end in text:
-        text = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
+    block = f"{BEGIN}\n{table}\n{END}"
+    if BEGIN in text and END in text:
+        text = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _: block, text, flags=re.S)
     else:
         text = text.rstrip() + f"\n\n{SECTION}\n\n{block}\n"
     path.write_text(text)

@@ -38,7 +38,8 @@ def hook() -> int:
         slots = module.hook()
         if slots == 0:
             raise CompatError("paddle-ext cpu-collectives: no loaded library calls Paddle's CPU "
-                              "ReduceScatterKernel or AllToAllKernel through a PLT slot; this Paddle build is not one the fix knows")
+                              "ReduceScatterKernel or AllToAllKernel through a PLT slot; this Paddle build is "
+                              "not one the fix knows")
         logger.info("paddle-ext: the C++ reshard's CPU reduce_scatter and all_to_all run on gloo (%d call slots)",
                     slots)
         _MODULE[0] = module
@@ -47,11 +48,12 @@ def hook() -> int:
 
 
 def unhook() -> int:
-    """Put Paddle's kernel back in every slot; returns how many were restored."""
+    """Put Paddle's kernels back in every slot; returns how many were restored."""
     module, _MODULE[0] = _MODULE[0], None
     return module.unhook() if module is not None else 0
 
 
 def calls() -> int:
-    """How many reduce_scatters the gloo version has run in this process (0 if not hooked)."""
+    """How many reduce_scatter and all_to_all calls the gloo versions have run in this process (0 if
+    not hooked)."""
     return _MODULE[0].calls() if _MODULE[0] is not None else 0

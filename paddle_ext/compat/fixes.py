@@ -32,15 +32,15 @@ or unknown backend to Paddle's original when it is called.
   sees them (the gradient of a sharded parameter's all-gather, ``dist.parallelize``'s sequence
   parallel and sharding levels, ``dist.reshard`` without ``init_parallel_env``), call CPU
   reduce_scatter and all_to_all kernels that only throw; in a multi-process gloo job those calls
-  run on gloo (``compat/cpu_collectives.py``, C++ piece
-  ``cpu_collectives``, built once per machine in about 25 s and cached).
+  run on gloo (``compat/cpu_collectives.py``, C++ piece ``cpu_collectives``, built once per
+  machine in about 25 s and cached).
 * ``zero3-gather-on-conflict`` -- ShardingStage3 shards every parameter on its "dp" dim, biases and
   embeddings included, and leaves gathering them to the ops' SPMD rules; in dygraph Paddle's
   ``linear`` and ``embedding`` rules refuse such a parameter from the second step of a dp x mp
   plan, and so do they while ``dist.to_static`` builds its program ("Tensor Axis[c] is Sharded by
-  two different mesh dimension"). Where a rule refuses, the
-  parameter is all-gathered on its sharding dim and the op runs again; a stage-3 parameter passed
-  into a ``LocalLayer`` (an MoE gate) is gathered first (``compat/zero3_gather.py``).
+  two different mesh dimension"). Where a rule refuses, the parameter is all-gathered on its
+  sharding dim and the op runs again; a stage-3 parameter passed into a ``LocalLayer`` (an MoE
+  gate) is gathered first (``compat/zero3_gather.py``).
 * ``stage1-dense-grads`` -- ShardingStage1 reshards every gradient before the update and reads its
   ``process_mesh``; a plain parameter beside the DistTensors (DeepSeek-V2's auto LM head) has a
   dense gradient and Paddle fails ("'NoneType' object has no attribute 'shape'"). Its gradient is
@@ -268,8 +268,8 @@ FIXES: dict[str, Fix] = {
             "no longer deadlocks)", _batch_order_needed, _batch_order_apply),
         Fix("cpu-collectives",
             "Paddle's C++ P->S and S->S reshards (reached from C++: gradients of sharded parameters, "
-            "dist.parallelize, dist.reshard without init_parallel_env) get CPU reduce_scatter and all_to_all on gloo", _cpu_collectives_needed, _cpu_collectives_apply,
-            _undo=cpu_collectives.unhook),
+            "dist.parallelize, dist.reshard without init_parallel_env) get CPU reduce_scatter and "
+            "all_to_all on gloo", _cpu_collectives_needed, _cpu_collectives_apply, _undo=cpu_collectives.unhook),
         Fix("zero3-gather-on-conflict",
             "a ShardingStage3 parameter that Paddle's SPMD rule refuses (a sharded bias in linear, a sharded "
             "vocab in embedding) is all-gathered on its sharding dim and the op runs again",

@@ -21,9 +21,9 @@ parameter is gathered before the layer converts it.
 
 The fix wraps those ops (:data:`OPS` of ``paddle._C_ops``, looked up at call time by Paddle's
 Python API) and ``LocalLayer.__call__`` once a ShardingStage3 optimizer exists in the process
-(before that nothing is wrapped): Paddle runs first, unchanged; only when its SPMD rule raises and an input is a parameter
-of a ShardingStage3 optimizer (in a ``dist.to_static`` program: the parameter's value, by name),
-that parameter is resharded ``Shard -> Replicate`` on its sharding mesh dim (an all-gather; its
+(before that nothing is wrapped): Paddle runs first, unchanged; only when its SPMD rule raises
+and an input is a parameter of a ShardingStage3 optimizer (in a ``dist.to_static`` program: the
+parameter's value, by name), that parameter is resharded ``Shard -> Replicate`` on its sharding mesh dim (an all-gather; its
 gradient goes back through the reshard's own backward, a reduce-scatter) and the op runs again.
 The rule raises before any kernel runs, any gradient node is made or any program op is added, so
 the retry is the only run. Everything else goes to Paddle unchanged.
@@ -44,7 +44,7 @@ OPS = ("linear", "embedding", "matmul", "add", "multiply", "layer_norm", "rms_no
 # name -> sharding mesh dim index (dist.to_static's program holds them as values of that name)
 _ZERO3: dict[int, tuple] = {}
 _ZERO3_NAMES: dict[str, int] = {}
-_WRAPPED: list = []   # (paddle._C_ops, name, original) of the ops wrapped so far
+_WRAPPED: list = []   # (owner, name, original) of what is wrapped so far: the ops, LocalLayer.__call__
 
 
 def _record(optimizer) -> None:
@@ -82,8 +82,9 @@ def gathered(value, dist):
     return dist.reshard(value, value.process_mesh, placements)
 
 
-def _gathered_or_same(x, paddle):
-    g = gathered(x, paddle.distributed) if isinstance(x, paddle.Tensor) else None
+def _gathered_or_same(x, dist, tensors):
+    """``x`` gathered when it is a ZeRO-3 parameter sharded on its dim (:func:`gathered`), else ``x``."""
+    g = gathered(x, dist) if isinstance(x, tensors) else None
     return x if g is None else g
 
 
@@ -101,15 +102,13 @@ def _wrap(original, name: str, paddle):
         except Exception as exc:   # Paddle raises NotImplementedError or RuntimeError from a rule
             if not _ZERO3 or not _rule_refused(exc):
                 raise
-            args2 = [gathered(a, dist) if isinstance(a, tensors) else None for a in args]
-            kwargs2 = {k: gathered(v, dist) if isinstance(v, tensors) else None for k, v in kwargs.items()}
-            if not any(a is not None for a in args2) and not any(v is not None for v in kwargs2.values()):
+            args2 = [_gathered_or_same(a, dist, tensors) for a in args]
+            kwargs2 = {k: _gathered_or_same(v, dist, tensors) for k, v in kwargs.items()}
+            if all(b is a for a, b in zip(args, args2)) and all(kwargs2[k] is v for k, v in kwargs.items()):
                 raise
             note_once(f"zero3-gather-{name}", f"{name}: Paddle's SPMD rule refused a ShardingStage3 parameter "
                       f"({str(exc).splitlines()[0][:160]}); gathering it on its sharding dim first")
-            args = [b if b is not None else a for a, b in zip(args, args2)]
-            kwargs = {k: kwargs2[k] if kwargs2[k] is not None else v for k, v in kwargs.items()}
-            return original(*args, **kwargs)
+            return original(*args2, **kwargs2)
 
     op.__name__ = name
     op.__doc__ = original.__doc__
@@ -131,7 +130,7 @@ def _wrap_ops() -> None:
         # a LocalLayer computes on each input's local value: a stage-3 parameter passed in (an
         # MoE gate's weight) is gathered first, or the layer sees only this rank's shard of it
         if paddle.in_dynamic_mode():
-            inputs = [_gathered_or_same(x, paddle) for x in inputs]
+            inputs = [_gathered_or_same(x, paddle.distributed, paddle.Tensor) for x in inputs]
         return original_call(self, *inputs, **kwargs)
 
     call.__wrapped__ = original_call
@@ -140,7 +139,8 @@ def _wrap_ops() -> None:
 
 
 def unwrap_ops() -> None:
-    """Put Paddle's ops back and forget the recorded parameters (the fix's revert)."""
+    """Put Paddle's ops and ``LocalLayer.__call__`` back and forget the recorded parameters (the
+    fix's revert)."""
     while _WRAPPED:
         owner, name, original = _WRAPPED.pop()
         setattr(owner, name, original)
@@ -154,8 +154,8 @@ def _api():
 
 
 def apply():
-    """Patch ``_ShardOptimizer.__init__`` to record ZeRO-3 parameters (and wrap :data:`OPS` at the
-    first ShardingStage3 optimizer)."""
+    """Patch ``_ShardOptimizer.__init__`` to record ZeRO-3 parameters (and wrap :data:`OPS` and
+    ``LocalLayer.__call__`` at the first ShardingStage3 optimizer)."""
     api = _api()
 
     init = api._ShardOptimizer.__init__

@@ -326,7 +326,7 @@ def train_rank(model: str, plan: str, mode: str, exec_mode: str) -> dict:
     import paddle.distributed as dist
     from paddle.distributed import fleet
 
-    known = MODES + (OUTSIDE_MODE, OUTSIDE_STATIC_MODE)
+    known = MATRIX_MODES + (OUTSIDE_MODE,)
     if mode not in known or exec_mode not in EXECS:
         raise ValueError(f"mode {mode!r} / exec {exec_mode!r}: expected one of {known} / {EXECS}")
     import paddle_ext
