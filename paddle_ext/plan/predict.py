@@ -13,6 +13,9 @@
   and an all-gather of the parameter before each forward and each backward of each microbatch.
 * **optimizer**: the profile's AdamW line over the rank's tensors and (ZeRO 1+: sharded) elements.
 * **loss sync**: one 4-byte all-reduce over all ranks (the runner's global loss).
+* **CPU contention**: with ``host.cores`` in the profile (CPU ranks sharing cores), compute is
+  stretched by ``max(1, ranks busy at once / cores)`` (:func:`contention`): every rank without
+  pipelining; with it, the ranks times the schedule's mean busy fraction.
 
 Memory: :mod:`.memory` with the simulator's peak live activation bytes per rank.
 """
@@ -178,16 +181,31 @@ def _least_finish(stages: List[StageCost], rank_stages, busy, m: int, latency: f
     return finish
 
 
+def contention(c: Candidate, profile: Profile, utilization: float = 1.0) -> float:
+    """How many times slower a CPU rank computes when ``c.world * utilization`` ranks compute at
+    once on the profile's ``host.cores`` (1 without ``host``: every rank owns its device).
+    A mean-field model: without pipelining every rank computes at once (``utilization`` 1);
+    with it, the schedule's mean busy fraction (its bubbles leave cores to the busy ranks)."""
+    cores = profile.host_cores()
+    return max(1.0, c.world * utilization / cores) if cores else 1.0
+
+
+def _stage_times(stages: List[StageCost]) -> tuple:
+    return tuple((round(s.forward, 12), round(s.backward_input, 12), round(s.backward_weight, 12),
+                  round(s.full_backward, 12)) for s in stages)
+
+
 def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: int = 0,
             memo: Optional[dict] = None, lower_bound: bool = False) -> Prediction:
     """Step time, its parts and the peak memory per rank of plan ``c`` (see the module docstring);
     ``memo``: a dict shared by the predictions of one search (same model and profile). With
     ``lower_bound``, a pipeline plan is neither built nor simulated: its step is the least finish
     of any rank (:func:`_least_finish`) and its activations one microbatch of its largest stage, both
-    lower bounds (``simulated=False``)."""
+    lower bounds (``simulated=False``). Compute is stretched by :func:`contention` (a pipeline's
+    utilization from a first, uncontended simulation; none in a lower bound)."""
     memo = {} if memo is None else memo
     comm = CommCost(profile, c, ranks_per_node or c.world)
-    stages: List[StageCost] = stage_costs(model, c, profile, comm, memo)
+    stages: List[StageCost] = stage_costs(model, c, profile, comm, memo, contention(c, profile) if c.pp == 1 else 1.0)
     by_stage = stage_layers(model, c.n_stages)
     itemsize = model.dtype_bytes
     parts: Dict[str, float] = {}
@@ -197,6 +215,8 @@ def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: in
         rank_stages, act_peaks = [[0]], [stages[0].activation_bytes]
     else:
         act = tuple(float(s.activation_bytes) for s in stages)
+        msg = c.microbatch_samples * model.seq * model.hidden * itemsize / (c.tp if c.sp else 1)
+        latency = comm.time("p2p", 2, msg, "pp")
         if lower_bound:  # no schedule built: stages by placement, one live microbatch at least
             rank_stages = [placed_stages(c.schedule, r, c.pp, c.chunks) for r in range(c.pp)]
             act_peaks = [max(act[s] for s in ids) for ids in rank_stages]
@@ -204,13 +224,17 @@ def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: in
             _, on_rank = _schedule(c.schedule, c.pp, c.microbatches, c.chunks)
             rank_stages = [on_rank[r] for r in sorted(on_rank)]
             act_peaks = list(live_activation_peaks(c.schedule, c.pp, c.microbatches, c.chunks, act))
+            if profile.host_cores():
+                makespan, sim_busy, _, _ = _simulate(c.schedule, c.pp, c.microbatches, c.chunks, _stage_times(stages),
+                                                     act, latency)
+                k = contention(c, profile, sum(sim_busy) / (len(sim_busy) * makespan)) if makespan else 1.0
+                if k > 1.0:
+                    stages = stage_costs(model, c, profile, comm, memo, k)
         busy = [c.microbatches * sum(stages[s].least_total for s in ids) for ids in rank_stages]
         busiest = max(range(len(busy)), key=lambda i: busy[i])
         for s in rank_stages[busiest]:
             for name, value in stages[s].parts.items():
                 parts[name] = parts.get(name, 0.0) + value * c.microbatches
-        msg = c.microbatch_samples * model.seq * model.hidden * itemsize / (c.tp if c.sp else 1)
-        latency = comm.time("p2p", 2, msg, "pp")
         pipeline = max(_least_finish(stages, rank_stages, busy, c.microbatches, latency))
         if pipeline > busy[busiest]:
             parts["pipeline bubble"] = pipeline - busy[busiest]
@@ -230,13 +254,12 @@ def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: in
     parts["loss sync"] = comm.time("all_reduce", c.world, 4, "world")
     simulated = c.pp == 1 or not lower_bound
     if c.pp > 1 and simulated:
-        costs = tuple((round(s.forward, 12), round(s.backward_input, 12), round(s.backward_weight, 12),
-                       round(s.full_backward, 12)) for s in stages)
-        makespan, sim_busy, _, _ = _simulate(c.schedule, c.pp, c.microbatches, c.chunks, costs, act, latency)
+        makespan, sim_busy, _, _ = _simulate(c.schedule, c.pp, c.microbatches, c.chunks, _stage_times(stages), act,
+                                             latency)
         parts["pipeline bubble"] = makespan - max(sim_busy)
         pipeline = makespan
     step = pipeline + tail + parts["loss sync"]
     return Prediction(c, step, {k: v for k, v in parts.items() if v > 0}, peak, memory, simulated)
 
 
-__all__ = ["Prediction", "predict", "schedule_signature"]
+__all__ = ["Prediction", "contention", "predict", "schedule_signature"]

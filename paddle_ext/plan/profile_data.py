@@ -16,6 +16,8 @@ one by hand for hardware they do not have (``examples/profiles/h100_8x_published
 ``memory``        ``{"process_base_bytes"}``: a rank's memory before the model (runtime, libraries)
 ``pipeline``      ``{"action_s", "split_extra_s"}``: what a pipeline runtime adds per action beyond
                   compute, and per split backward beyond its two actions (each 0 if absent)
+``host``          ``{"cores"}``: CPU cores the ranks share (CPU ranks only; absent where every rank
+                  owns its device): ranks computing at once beyond the cores slow each other down
 
 A time is ``alpha + size * rate``. A lookup that the profile cannot answer raises
 :class:`~.errors.ProfileError` naming what is missing and how to measure it.
@@ -120,6 +122,11 @@ class Profile:
     def pipeline_split_extra_s(self) -> float:
         """Seconds a split backward (I then W) costs beyond its compute and two actions (0 if absent)."""
         return float((self.data.get("pipeline") or {}).get("split_extra_s", 0.0))
+
+    def host_cores(self) -> Optional[int]:
+        """Cores CPU ranks share, or None (a device per rank: no contention for compute)."""
+        cores = (self.data.get("host") or {}).get("cores")
+        return int(cores) if cores else None
 
     def dist_op_s(self) -> float:
         return float((self.data.get("dispatch") or {}).get("dist_op_s", 0.0))

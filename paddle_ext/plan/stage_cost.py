@@ -143,15 +143,15 @@ class StageCost:
 
 
 def _layer_cost(cost: StageCost, layer: LayerDesc, c: Candidate, profile: Profile, dist: bool,
-                comm: Optional["CommCost"], itemsize: int, hidden: int, seq: int) -> None:
-    samples, tp = c.microbatch_samples, c.tp
+                comm: Optional["CommCost"], itemsize: int, hidden: int, seq: int, contention: float = 1.0) -> None:
+    samples, tp, k = c.microbatch_samples, c.tp, contention
     for op in layer.ops:
         if op.gemm is not None:
             f, bi, bw = profile.matmul(local_gemm(op, samples, tp))
-            cost.add("compute", f, bi if op.param else bi + bw, bw if op.param else 0.0)
+            cost.add("compute", k * f, k * (bi if op.param else bi + bw), k * (bw if op.param else 0.0))
         else:
             f, b = profile.elementwise(local_numel(op, samples, tp, c.sp))
-            cost.add("compute", f, b)
+            cost.add("compute", k * f, k * b)
         if dist:
             cost.add("dispatch", profile.dist_op_s(), profile.dist_op_s())
         cost.activation_bytes += local_numel(op, samples, tp, c.sp) * itemsize if op.batched else 0
@@ -192,26 +192,29 @@ class CommCost:
 
 
 def stage_costs(model: ModelDesc, c: Candidate, profile: Profile, comm: Optional[CommCost],
-                memo: Optional[dict] = None) -> List[StageCost]:
+                memo: Optional[dict] = None, contention: float = 1.0) -> List[StageCost]:
     """One :class:`StageCost` per pipeline stage (one stage without pipelining). ``memo`` (a dict
-    kept for one model and profile) saves the cost of a layer for plans that split it alike."""
+    kept for one model and profile) saves the cost of a layer for plans that split it alike.
+    ``contention`` (>= 1) stretches what the profile timed in one uncontended process (compute,
+    and the pipeline runtime's actions): CPU ranks computing at once on fewer cores."""
     dist = c.dp > 1 or c.tp > 1
     memo = {} if memo is None else memo
     inter = comm.inter_node("tp") if comm is not None else False
     out = []
     for index, layers in enumerate(stage_layers(model, c.n_stages)):
         stage_key = ("stage", c.n_stages, index, c.microbatch_samples, c.tp, c.sp, dist, inter, comm is None,
-                     c.pp > 1)
+                     c.pp > 1, contention)
         if stage_key in memo:
             out.append(memo[stage_key])
             continue
         cost = memo[stage_key] = StageCost()
         for layer in layers:
-            key = ("layer", id(layer), c.microbatch_samples, c.tp, c.sp, dist, inter, comm is None)
+            key = ("layer", id(layer), c.microbatch_samples, c.tp, c.sp, dist, inter, comm is None, contention)
             one = memo.get(key)
             if one is None:
                 one = memo[key] = StageCost()
-                _layer_cost(one, layer, c, profile, dist, comm, model.dtype_bytes, model.hidden, model.seq)
+                _layer_cost(one, layer, c, profile, dist, comm, model.dtype_bytes, model.hidden, model.seq,
+                            contention)
             cost.forward += one.forward
             cost.backward_input += one.backward_input
             cost.backward_weight += one.backward_weight
@@ -220,7 +223,7 @@ def stage_costs(model: ModelDesc, c: Candidate, profile: Profile, comm: Optional
             cost.activation_bytes += one.activation_bytes
             cost.comm_max_bytes = max(cost.comm_max_bytes, one.comm_max_bytes)
         if c.pp > 1 and (profile.pipeline_action_s() or profile.pipeline_split_extra_s()):
-            a, extra = profile.pipeline_action_s(), profile.pipeline_split_extra_s()
+            a, extra = contention * profile.pipeline_action_s(), contention * profile.pipeline_split_extra_s()
             # F and B are one action each; a split backward is two (I and W), each one action,
             # and W carries what splitting costs beyond that (B, the unsplit backward, does not)
             cost.add("pipeline runtime", a, a / 2, a / 2 + extra)

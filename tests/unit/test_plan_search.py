@@ -19,7 +19,7 @@ from paddle_ext.plan.candidates import Candidate, enumerate_candidates, factoris
 from paddle_ext.plan.errors import MemoryUnitError, MeshFactorError, NoFeasiblePlanError, ProfileError
 from paddle_ext.plan.memory import parse_memory
 from paddle_ext.plan.model_desc import gpt_family
-from paddle_ext.plan.predict import live_activation_peaks, predict
+from paddle_ext.plan.predict import contention, live_activation_peaks, predict
 from paddle_ext.plan.profile_data import COLLECTIVE_KINDS, Profile
 from paddle_ext.plan.search import search, to_json
 from paddle_ext.plan.stage_cost import reshard_bytes, stage_costs
@@ -209,8 +209,9 @@ def test_h100_scale_search():
 
 @pytest.mark.parametrize("extra", [{}, {"pipeline": {"action_s": 50.0}},
                                    {"collectives": {k: {"any": {"alpha_s": 300.0, "s_per_byte": 1.0}}
-                                                    for k in COLLECTIVE_KINDS}}],
-                         ids=["unit", "runtime-per-action", "p2p-latency"])
+                                                    for k in COLLECTIVE_KINDS}},
+                                   {"host": {"cores": 2}, "pipeline": {"action_s": 50.0}}],
+                         ids=["unit", "runtime-per-action", "p2p-latency", "cpu-contention"])
 def test_lower_bound_never_exceeds_the_simulated_step(extra):
     """The search skips building a pipeline whose lower bound cannot enter the best plans; that is
     only sound if the bound is below the simulated step of every plan, for every schedule."""
@@ -282,3 +283,33 @@ def test_profile_missing_a_matmul_names_the_shape():
     prof = unit_profile(matmul={"shapes": {}})
     with pytest.raises(ProfileError, match=r"has no time for matmul 1x2x4x4 \(BxMxKxN\)"):
         search(TINY, prof, 2, schedules=["1F1B"])
+
+
+def test_cpu_ranks_beyond_the_cores_stretch_compute_only():
+    """4 ranks on 2 cores, no pipeline: every rank computes at once, each at half speed; the
+    collectives (timed with every rank busy) and the optimizer keep their profile times."""
+    model = gpt_family(hidden=8, heads=2, ffn=16, seq=2, vocab=8, layers=2)
+    for c in (Candidate(dp=4, batch=8), Candidate(dp=2, tp=2, batch=8), Candidate(tp=4, sp=True, batch=8)):
+        free, shared = predict(model, c, unit_profile()), predict(model, c, unit_profile(host={"cores": 2}))
+        assert shared.parts["compute"] == pytest.approx(2 * free.parts["compute"])
+        assert {k: v for k, v in shared.parts.items() if k != "compute"} == \
+            {k: v for k, v in free.parts.items() if k != "compute"}
+        assert shared.step_s == pytest.approx(free.step_s + free.parts["compute"])
+        # as many cores as ranks, or a profile without host (a device per rank): no change
+        assert predict(model, c, unit_profile(host={"cores": 4})).step_s == free.step_s
+
+
+def test_pipeline_bubbles_leave_cores_to_the_busy_ranks():
+    """pp2 on 1 core: at one microbatch one stage computes at a time, so the ranks never contend;
+    at 8 microbatches the stages mostly overlap and compute stretches by 2 x utilization."""
+    model = gpt_family(hidden=8, heads=2, ffn=16, seq=2, vocab=8, layers=6)
+    free_comm = {k: {"any": {"alpha_s": 0.0, "s_per_byte": 0.0}} for k in COLLECTIVE_KINDS}
+    profile, shared = unit_profile(collectives=free_comm), unit_profile(collectives=free_comm, host={"cores": 1})
+    one = Candidate(pp=2, schedule="FThenB", microbatches=1, batch=8)
+    assert predict(model, one, shared).step_s == predict(model, one, profile).step_s
+    many = Candidate(pp=2, schedule="1F1B", microbatches=8, batch=8)
+    free, stretched = predict(model, many, profile), predict(model, many, shared)
+    assert 1.5 * free.parts["compute"] < stretched.parts["compute"] < 2 * free.parts["compute"]
+    assert stretched.step_s > free.step_s
+    assert contention(many, shared, 0.5) == 1.0 and contention(many, shared, 0.75) == 1.5
+    assert contention(many, profile, 1.0) == 1.0
