@@ -20,7 +20,7 @@ def _lock(path):
 
 def run(args) -> int:
     from ..plan.candidates import enumerate_candidates
-    from ..plan.describe import describe_model
+    from ..plan.describe import RUNNER_IMPORTS, describe_model
     from ..plan.search import requirements
 
     model = describe_model(args.model, layers=args.layers, hidden=args.hidden, heads=args.heads, seq=args.seq,
@@ -34,7 +34,8 @@ def run(args) -> int:
     from ..plan.profile import build_profile
 
     with _lock(args.lock):
-        profile = build_profile(gemms, args.nproc, model.config, timeout=args.timeout)
+        profile = build_profile(gemms, args.nproc, model.config, timeout=args.timeout,
+                                imports=RUNNER_IMPORTS[args.model])
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(profile, f, indent=1)
     print(f"profile written to {args.out}")

@@ -12,6 +12,9 @@ from .errors import UnknownModelError
 from .model_desc import ModelDesc, describe_config, gpt_family
 
 MODELS = ("demo", "paddlenlp-gpt", "paddlenlp-qwen")
+# what each model's runner imports beyond Paddle and paddle-ext (a profile's process base has it)
+RUNNER_IMPORTS = {"demo": (), "paddlenlp-gpt": ("paddlenlp.transformers.gpt.modeling_auto",),
+                  "paddlenlp-qwen": ("paddlenlp.transformers.qwen.modeling_auto",)}
 OVERRIDES = ("layers", "hidden", "heads", "seq", "vocab", "ffn")
 
 
@@ -63,4 +66,4 @@ def describe_model(name: str, **overrides) -> ModelDesc:
     return describe_config(values, name)
 
 
-__all__ = ["MODELS", "OVERRIDES", "check_model_name", "describe_model"]
+__all__ = ["MODELS", "OVERRIDES", "RUNNER_IMPORTS", "check_model_name", "describe_model"]

@@ -123,8 +123,10 @@ def _dispatch_per_op(mesh, model_config: dict, repeats: int) -> float:
     return max(spread - dense, 0.0) / (2 * ops)
 
 
-def profile_rank(model_config: dict, repeats: int = 7) -> dict:
-    """Run on every rank: dispatch overhead, collectives, p2p, optimizer, process memory."""
+def profile_rank(model_config: dict, repeats: int = 7, imports=()) -> dict:
+    """Run on every rank: dispatch overhead, collectives, p2p, optimizer, process memory (after
+    importing ``imports`` too: the modules the model's runner loads, e.g. PaddleNLP's)."""
+    import importlib
     import resource
 
     import numpy as np
@@ -133,6 +135,8 @@ def profile_rank(model_config: dict, repeats: int = 7) -> dict:
 
     import paddle_ext
 
+    for name in imports:
+        importlib.import_module(name)
     dist.init_parallel_env()
     paddle_ext.install()
     paddle_ext.enable()
@@ -189,15 +193,17 @@ def _optimizer_line(mesh, repeats: int) -> dict:
     return {"alpha_s_per_tensor": per_tensor, "s_per_elem": per_elem}
 
 
-def build_profile(gemms, nproc: int, model_config: dict, timeout: float = 600.0, log_dir=None) -> dict:
+def build_profile(gemms, nproc: int, model_config: dict, timeout: float = 600.0, log_dir=None, imports=()) -> dict:
     """Measure everything on this machine: the matmul ``gemms`` here, the rest on ``nproc`` ranks
-    (``model_config``: the demo GPT's sizes, for the dispatch measurement on one block)."""
+    (``model_config``: the demo GPT's sizes, for the dispatch measurement on one block;
+    ``imports``: modules the model's runner loads, in the process base)."""
     from ..testing import run_ranks
 
     load_before = os.getloadavg()
     elementwise = measure_elementwise()
     matmuls = measure_matmuls(gemms)
-    ranks = run_ranks(profile_rank, nproc=nproc, args=(dict(model_config),), timeout=timeout, log_dir=log_dir)
+    ranks = run_ranks(profile_rank, nproc=nproc, args=(dict(model_config), 7, tuple(imports)), timeout=timeout,
+                      log_dir=log_dir)
     med = statistics.median
     collectives = {}
     for kind, by_group in ranks[0]["collectives"].items():
@@ -214,7 +220,9 @@ def build_profile(gemms, nproc: int, model_config: dict, timeout: float = 600.0,
         "dispatch": {"dist_op_s": med(r["dist_op_s"] for r in ranks)},
         "optimizer": {k: med(r["optimizer"][k] for r in ranks) for k in ("alpha_s_per_tensor", "s_per_elem")},
         "collectives": collectives,
-        "memory": {"process_base_bytes": max(r["process_base_bytes"] for r in ranks)},
+        "host": {"cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()},
+        "memory": {"process_base_bytes": max(r["process_base_bytes"] for r in ranks),
+                   "base_imports": list(imports)},
     }
     data["pipeline"] = {"action_s": measure_pipeline_action(data, model_config, timeout)}
     data["pipeline"]["split_extra_s"] = measure_split_backward(data, model_config, timeout)

@@ -172,11 +172,11 @@ def global_weight(name: str, shape) -> np.ndarray:
     return (0.05 * rng.standard_normal(shape)).astype("float32")
 
 
-def batches() -> list[tuple[np.ndarray, np.ndarray]]:
+def batches(steps: int = STEPS, batch: int = BATCH) -> list[tuple[np.ndarray, np.ndarray]]:
     rng = np.random.default_rng(1234)
     out = []
-    for _ in range(STEPS):
-        ids = rng.integers(1, VOCAB, size=(BATCH, SEQ + 1)).astype("int64")
+    for _ in range(steps):
+        ids = rng.integers(1, VOCAB, size=(batch, SEQ + 1)).astype("int64")
         out.append((ids[:, :-1].copy(), ids[:, 1:].copy()))
     return out
 
@@ -213,7 +213,7 @@ def set_weights(model) -> int:
     return written
 
 
-def dense_losses(model: str) -> list[float]:
+def dense_losses(model: str, steps: int = STEPS, batch: int = BATCH) -> list[float]:
     """The dense single-process run: same weights, same batches, same optimizer.
 
     GPT's reference is its non-auto class (``GPTForCausalLM``: same parameter names and shapes).
@@ -222,7 +222,7 @@ def dense_losses(model: str) -> list[float]:
     one process too, where no parallelism is involved): their reference is the auto class trained
     on one process by Paddle alone (every tensor whole), i.e. the plan "single" in mode "alone"."""
     if model in AUTO_REFERENCE:
-        return train_rank(model, "single", "alone", "dygraph")["losses"]
+        return train_layout(model, PLANS["single"], "alone", "dygraph", steps, batch)["losses"]
     import faulthandler
     import sys
 
@@ -240,7 +240,7 @@ def dense_losses(model: str) -> list[float]:
     criterion = crit_cls(cfg) if crit_cls else None
     opt = paddle.optimizer.AdamW(learning_rate=LR, parameters=net.parameters())
     losses = []
-    for ids, labels in batches():
+    for ids, labels in batches(steps, batch):
         ids, labels = paddle.to_tensor(ids), paddle.to_tensor(labels)
         loss = _forward_loss(net, criterion, ids, labels)
         loss.backward()
@@ -281,8 +281,8 @@ class _Rows:
     own loss (the Engine takes the last field as the loss's label and the others as the model's
     inputs)."""
 
-    def __init__(self, labels_as_input: bool = False):
-        rows = batches()
+    def __init__(self, labels_as_input: bool = False, steps: int = STEPS, batch: int = BATCH):
+        rows = batches(steps, batch)
         self.ids = np.concatenate([b[0] for b in rows])
         self.labels = np.concatenate([b[1] for b in rows])
         self.labels_as_input = labels_as_input
@@ -318,9 +318,21 @@ class _LossOf:
 
 
 def train_rank(model: str, plan: str, mode: str, exec_mode: str) -> dict:
-    """One rank of a PaddleNLP auto-parallel training run; returns {"rank", "losses", ...}."""
+    """One rank of a PaddleNLP auto-parallel training run of ``plan`` (a :data:`PLANS` name);
+    returns {"rank", "losses", ...}."""
+    return train_layout(model, PLANS[plan], mode, exec_mode)
+
+
+def train_layout(model: str, layout: tuple, mode: str, exec_mode: str, steps: int = STEPS,
+                 batch: int = BATCH) -> dict:
+    """One rank of a training run on ``layout`` = (world, pp, dp, mp, sequence_parallel, ZeRO
+    stage), ``steps`` steps of a global ``batch``; returns {"rank", "losses", "params_written",
+    "step_ends" (``perf_counter`` after each step), "peak_memory" (this process's peak RSS in
+    bytes)}."""
     import faulthandler
+    import resource
     import sys
+    import time
 
     import paddle
     import paddle.distributed as dist
@@ -341,7 +353,7 @@ def train_rank(model: str, plan: str, mode: str, exec_mode: str) -> dict:
         paddle_ext.enable()
     require_paddlenlp()
     _casual_mask_switch()
-    world, pp, dp, mp, sp, zero = PLANS[plan]
+    world, pp, dp, mp, sp, zero = layout
     # the process state of PaddleNLP's auto-parallel path (training_args + run_pretrain_auto)
     fleet.auto.create_mesh([("pp", pp), ("dp", dp), ("mp", mp)])
     strategy = fleet.DistributedStrategy()
@@ -374,10 +386,11 @@ def train_rank(model: str, plan: str, mode: str, exec_mode: str) -> dict:
         meshes.append(global_mesh.get_mesh_with_dim("pp")[pp - 1])
 
     def loader(labels_as_input=False):
-        plain = paddle.io.DataLoader(_Rows(labels_as_input), batch_size=BATCH, shuffle=False, drop_last=True)
+        plain = paddle.io.DataLoader(_Rows(labels_as_input, steps, batch), batch_size=batch, shuffle=False,
+                                     drop_last=True)
         return dist.shard_dataloader(plain, meshes=meshes, shard_dims="dp")
 
-    losses = []
+    losses, step_ends = [], []
     if exec_mode == "dygraph":
         net.train()
         for ids, labels in loader():
@@ -386,17 +399,20 @@ def train_rank(model: str, plan: str, mode: str, exec_mode: str) -> dict:
             opt.step()
             opt.clear_grad()
             losses.append(_loss_value(loss, rank))
+            step_ends.append(time.perf_counter())
     else:
         own_loss = criterion is None
         if own_loss:
             net, criterion = _LossOf(net)
         dm = dist.to_static(net, loader(own_loss), criterion, opt)
         dm.train()
-        for batch in loader(own_loss):
-            losses.append(_loss_value(dm(*batch), rank))
+        for fields in loader(own_loss):
+            losses.append(_loss_value(dm(*fields), rank))
+            step_ends.append(time.perf_counter())
     if all(v is None for v in losses):
         losses = None
-    return {"rank": rank, "losses": losses, "params_written": written}
+    return {"rank": rank, "losses": losses, "params_written": written, "step_ends": step_ends,
+            "peak_memory": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
 def compare(dense: list[float], per_rank: list[dict], tol: float = 1e-5) -> tuple[bool, str]:

@@ -43,3 +43,33 @@ def test_run_two_plans_fills_the_measured_fields(tmp_path):
     # two plans: the ranks agree (1) or not (-1); equal predictions have no rank order (None)
     tied = run[0]["predicted_step_s"] == run[1]["predicted_step_s"]
     assert doc["run"]["spearman_step"] in ((None,) if tied else (-1.0, 1.0))
+
+
+def test_run_paddlenlp_gpt_plans_through_its_auto_parallel_path(tmp_path):
+    """``--model paddlenlp-gpt --run 2``: the two best plans PaddleNLP's auto-parallel path can
+    run (no pipeline, or pipeline by annotation at one microbatch) train PaddleNLP's GPT auto
+    model on 2 ranks; their losses are the dense non-auto GPT's on the same batches."""
+    from paddle_ext.testing import real_models as rm
+    from paddle_ext.testing import run_ranks
+
+    try:
+        rm.require_paddlenlp()
+    except ImportError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    proc = subprocess.run([sys.executable, "-m", "paddle_ext", "plan", "--model", "paddlenlp-gpt", "--nproc", "2",
+                           "--profile", str(profile), "--run", "2", "--steps", "4", "--repeat", "1", "--json",
+                           "--out", str(tmp_path / "out"), "--timeout", "300"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    run = [p for p in doc["plans"] if p["measured_step_s"] is not None]
+    assert len(run) == 2 and doc["run"]["run"] == 2 and doc["run"]["not_runnable_by_the_runner"] > 0
+    for p in run:
+        assert 0 < p["measured_step_s"] < 60 and p["measured_peak_bytes"] > 50 * 2 ** 20
+        assert p["measured_step_s_passes"] == [p["measured_step_s"]]
+    dense = run_ranks(rm.dense_losses, 1, args=("gpt", 4, run[0]["batch"]), timeout=300,
+                      log_dir=tmp_path / "dense")[0]
+    for p in run:
+        np.testing.assert_allclose(p["losses"], dense, rtol=1e-5, err_msg=p["name"])

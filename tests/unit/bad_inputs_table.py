@@ -459,6 +459,11 @@ ROWS: tuple[Row, ...] = (
     Row("cli-fixed-limit", "CLI", "paddle-ext schedule ZBH1 -P 4 -M 8 --memory-limit 3", "exit 2",
         "paddle-ext schedule: error: --memory-limit applies to ZBAuto (microbatches per rank) and to VMin, VHalf, "
         "VZB (stage activations per rank); ZBH1 has a fixed memory: drop --memory-limit or use ZBAuto"),
+    Row("cli-plan-repeat", "CLI", "paddle-ext plan --model demo --nproc 2 --run 2 --repeat 0", "exit 2",
+        "paddle-ext plan: error: --repeat 0: with --run it must be at least 1"),
+    Row("cli-plan-run-overrides", "CLI", "paddle-ext plan --model paddlenlp-gpt --nproc 2 --layers 8 --run 2", "exit 2",
+        "paddle-ext plan: error: --run trains paddlenlp-gpt at the real-model tests' tiny config; a size override "
+        "(--layers) describes a model it cannot build: drop the overrides or --run"),
     Row("cli-schedule-missing-m", "CLI", "paddle-ext schedule 1F1B --stages 2", "exit 2",
         "paddle-ext schedule: error: the following arguments are required: -M/--microbatches"),
     Row("cli-schedule-not-int", "CLI", "paddle-ext schedule 1F1B -P two -M 4", "exit 2",

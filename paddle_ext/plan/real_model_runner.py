@@ -1,0 +1,69 @@
+"""Prove predictions by running a PaddleNLP auto model: a plan through the real-model runner.
+
+``paddle-ext plan --model paddlenlp-gpt --run K`` launches each plan through
+:func:`paddle_ext.testing.real_models.train_layout`, the runner of ``paddle-ext compat --models``:
+PaddleNLP's own auto-parallel path (``fleet.auto.create_mesh``, ``LazyGuard``,
+``dist.shard_dataloader``, ``dist.shard_optimizer``, the model's own placements) with every
+paddle-ext opt-in on, in dygraph. That path has no pipeline runtime: pipeline parallelism is by
+annotation (each stage's layers on its sub-mesh; every rank runs the whole forward, ranks
+outside a stage skip its compute), i.e. one microbatch, every forward then every backward. So
+the runnable plans are those without pipeline stages, and pipeline plans of one microbatch whose
+schedule runs F then B per stage (FThenB, 1F1B, Eager1F1B at ``m = 1``), without ZeRO, with
+PaddleNLP's stage split (``pp`` divides the layer count).
+
+The step time is the median of rank 0's step-to-step times after ``WARMUP`` steps; the peak
+memory is the largest per-rank peak RSS.
+"""
+from __future__ import annotations
+
+import statistics
+
+from .candidates import Candidate
+from .runner import WARMUP, _cpu_rank_env, _lock
+
+# schedules that, at one microbatch on one chunk, are "every forward, then every backward"
+F_THEN_B = ("FThenB", "1F1B", "Eager1F1B")
+
+
+def model_key(model_name: str) -> str:
+    """``paddlenlp-gpt`` -> ``gpt`` (the real-model runner's name)."""
+    return model_name.split("-", 1)[1]
+
+
+def runnable(c: Candidate, n_hidden_layers: int) -> str:
+    """Why the real-model runner cannot run ``c`` ("" when it can)."""
+    if c.pp == 1:
+        return ""
+    if c.zero:
+        return "the PaddleNLP runner runs ZeRO only without pipeline stages"
+    if c.schedule not in F_THEN_B or c.microbatches != 1 or c.chunks != 1:
+        return "PaddleNLP's pipeline by annotation runs one microbatch, every forward then every backward"
+    if n_hidden_layers % c.pp:
+        return f"PaddleNLP splits {n_hidden_layers} layers over pp stages evenly only"
+    return ""
+
+
+def layout(c: Candidate) -> tuple:
+    """The real-model runner's (world, pp, dp, mp, sequence_parallel, ZeRO stage)."""
+    return (c.world, c.pp, c.dp, c.tp, c.sp, c.zero)
+
+
+def run_candidate(c: Candidate, model_name: str, steps: int = 16, timeout: float = 600.0, lock: str | None = None,
+                  log_dir=None) -> dict:
+    """Run plan ``c`` on PaddleNLP's ``model_name``; ``{"measured_step_s", "measured_peak_bytes",
+    "step_times", "losses"}``."""
+    from ..testing import run_ranks
+    from ..testing.real_models import OUTSIDE_STATIC_MODE, train_layout
+
+    with _lock(lock):
+        results = run_ranks(train_layout, nproc=c.world,
+                            args=(model_key(model_name), layout(c), OUTSIDE_STATIC_MODE, "dygraph", steps, c.batch),
+                            timeout=timeout, log_dir=log_dir, env=_cpu_rank_env())
+    ends = next(r for r in results if r["rank"] == 0)["step_ends"]
+    diffs = [b - a for a, b in zip(ends, ends[1:])][WARMUP - 1:] or [ends[-1] - ends[0]]
+    losses = next((r["losses"] for r in results if r.get("losses")), None)
+    return {"measured_step_s": statistics.median(diffs), "measured_peak_bytes": max(r["peak_memory"] for r in results),
+            "step_times": diffs, "losses": losses}
+
+
+__all__ = ["F_THEN_B", "layout", "model_key", "runnable", "run_candidate"]
