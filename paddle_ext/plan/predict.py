@@ -73,6 +73,13 @@ def placed_stages(schedule: str, rank: int, pp: int, chunks: int) -> List[int]:
     return [rank + k * pp for k in range(chunks)]
 
 
+@lru_cache(maxsize=512)
+def splits_backward(name: str, pp: int, m: int, v: int) -> bool:
+    """True if the schedule runs split backwards (I and W actions) at these sizes."""
+    sched, _ = _schedule(name, pp, m, v)
+    return any(a is not None and str(a[1]).rsplit(".", 1)[-1] == "W" for acts in sched.values() for a in acts)
+
+
 @lru_cache(maxsize=8192)
 def live_activation_peaks(name: str, pp: int, m: int, v: int, act: tuple) -> Tuple[float, ...]:
     """Peak live activation bytes per rank (ranks in order) by the simulator's rule: an F makes
@@ -235,6 +242,9 @@ def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: in
         for s in rank_stages[busiest]:
             for name, value in stages[s].parts.items():
                 parts[name] = parts.get(name, 0.0) + value * c.microbatches
+            if not lower_bound and not splits_backward(c.schedule, c.pp, c.microbatches, c.chunks):
+                # its backwards run whole (B): no split cost (the stage's parts count one, in W)
+                parts["pipeline runtime"] = parts.get("pipeline runtime", 0.0) - stages[s].split_extra_s * c.microbatches
         pipeline = max(_least_finish(stages, rank_stages, busy, c.microbatches, latency))
         if pipeline > busy[busiest]:
             parts["pipeline bubble"] = pipeline - busy[busiest]

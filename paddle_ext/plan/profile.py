@@ -9,7 +9,7 @@
   runs), each collective kind per group size as ``dist.reshard`` runs it on a ``[N/g, g]`` mesh
   (all ranks busy at once, as in a plan), point-to-point send/recv, one AdamW step over
   distributed parameters, and the rank's memory after all that (the process base);
-* the pipeline runtime's cost per action beyond compute: the demo's ``pp2`` plan at 1 and at 4
+* the pipeline runtime's cost per action beyond compute: the demo's ``pp2`` plan at 1 and at 8
   microbatches on 2 ranks (:func:`measure_pipeline_action`), and what a split backward costs
   beyond its two actions: ``pp2`` with ZBH1 at 4 microbatches (:func:`measure_split_backward`).
 
@@ -100,27 +100,40 @@ def _timed_collective(fn, repeats: int) -> float:
 
 
 def _dispatch_per_op(mesh, model_config: dict, repeats: int) -> float:
-    """Extra seconds per op call on distributed tensors: forward + backward of one demo block,
-    replicated on ``mesh``, against the same block dense, divided by its op calls (forward and
-    backward). With ``paddle_ext.enable()`` on, this includes paddle-ext's rule dispatch."""
+    """Extra seconds per op call on distributed tensors: forward + backward of one demo block
+    with its input sharded over ``mesh`` on the batch and its weights replicated (every op then
+    runs Paddle's SPMD rule and its distributed kernel path, and none communicates: the weight
+    gradients stay partial), against the same block dense on this rank's part of the batch,
+    divided by its op calls (forward and backward). A replicated input would take Paddle's
+    shortcut for all-replicated operands and time almost nothing. With ``paddle_ext.enable()``
+    on, this includes paddle-ext's rule dispatch."""
     import paddle
     import paddle.distributed as dist
 
     from ..demo.model import Block, GPTConfig
 
     cfg = GPTConfig(**model_config)
-    x = paddle.rand([2, cfg.seq_len, cfg.d_model])
+    world = len(mesh.process_ids)
+    x = paddle.rand([2 * world, cfg.seq_len, cfg.d_model])
 
     def step(layer, inp):
         layer(inp).sum().backward()
 
     paddle.seed(0)
-    dense = _timed(lambda: step(Block(cfg), x), repeats)
+    local, dense_block = x[:2], Block(cfg)
     block = dist.shard_layer(Block(cfg), mesh)
-    xd = dist.shard_tensor(x, mesh, [dist.Replicate()])
-    spread = _timed(lambda: step(block, xd), repeats)
+    xd = dist.shard_tensor(x, mesh, [dist.Shard(0)])
+    step(dense_block, local)
+    step(block, xd)
+    dense, spread = [], []
+    for _ in range(2 * repeats):  # alternated, every rank at once: both see the same contention
+        for layer, inp, times in ((dense_block, local, dense), (block, xd, spread)):
+            _barrier()
+            t = time.perf_counter()
+            step(layer, inp)
+            times.append(time.perf_counter() - t)
     ops = len(gpt_family(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.seq_len, cfg.vocab, 1).layers[1].ops)
-    return max(spread - dense, 0.0) / (2 * ops)
+    return max(statistics.median(spread) - statistics.median(dense), 0.0) / (2 * ops)
 
 
 def profile_rank(model_config: dict, repeats: int = 7, imports=()) -> dict:
@@ -229,35 +242,44 @@ def build_profile(gemms, nproc: int, model_config: dict, timeout: float = 600.0,
     return data
 
 
+def _fastest_step(c: Candidate, cfg: dict, timeout: float, runs: int = 2, steps: int = 16) -> float:
+    """The fastest of ``runs`` measured step times of plan ``c`` on the demo's runner."""
+    return min(run_candidate(c, cfg, steps=steps, timeout=timeout)["measured_step_s"] for _ in range(runs))
+
+
 def measure_pipeline_action(data: dict, model_config: dict, timeout: float) -> float:
     """Seconds a pipeline runtime adds per action (F, or a backward as two halves I + W) beyond
-    its compute: the demo's ``pp2`` plan with 1F1B run at 1 and at 4 microbatches on 2 ranks.
-    1F1B on 2 stages takes ``(m + 1)`` times one stage's F + B, so three more microbatches add
-    ``3 (F + B + 2 action)``; F + B comes from the rest of this profile."""
+    its compute: the demo's ``pp2`` plan with 1F1B at 1 and at 8 microbatches on 2 ranks, each
+    the fastest of two 16-step runs, alternated. 1F1B on 2 stages takes ``(m + 1)`` slots of one
+    stage's ``F + B + 2 action`` plus what does not depend on ``m`` (optimizer, loss sync), so
+    ``t8 - t1 = 9 (C8 + 2a) - 2 (C1 + 2a)`` with ``C_m`` a microbatch's compute at ``m``
+    microbatches from the rest of this profile."""
 
     cfg = dict(model_config)
     model = gpt_family(cfg["d_model"], cfg["n_heads"], cfg["d_ff"], cfg["seq_len"], cfg["vocab"], cfg["n_layers"])
-    steps = {}
-    for m in (1, 4):
+    steps: dict = {}
+    for m in (1, 8, 1, 8):
         c = Candidate(pp=2, schedule="1F1B", microbatches=m, batch=8)
-        steps[m] = run_candidate(c, cfg, steps=6, timeout=timeout)["measured_step_s"]
-    stages = stage_costs(model, Candidate(pp=2, schedule="1F1B", microbatches=4, batch=8), Profile.from_json(data),
-                         None)
-    compute = max(st.total for st in stages)
-    return max((steps[4] - steps[1]) / 3 - compute, 0.0) / 2
+        t = run_candidate(c, cfg, steps=16, timeout=timeout)["measured_step_s"]
+        steps[m] = min(steps.get(m, t), t)
+    profile = Profile.from_json(data)
+    compute = {m: max(st.total for st in stage_costs(model, Candidate(pp=2, schedule="1F1B", microbatches=m, batch=8),
+                                                      profile, None))
+               for m in (1, 8)}
+    return max((steps[8] - steps[1]) - 9 * compute[8] + 2 * compute[1], 0.0) / 14
 
 
 def measure_split_backward(data: dict, model_config: dict, timeout: float) -> float:
     """Seconds a split backward (I then W) costs beyond its compute and two runtime actions: the
     demo's ``pp2`` plan with ZBH1 at 4 microbatches on 2 ranks, and the extra cost per W that
-    makes this profile's prediction of that plan equal its measured step (bisection; 0 when the
-    plan measures no slower than predicted without it). Splitting can cost more than one action
+    makes this profile's prediction of that plan equal its measured step (the fastest of two
+    16-step runs; bisection; 0 when the plan measures no slower than predicted without it). Splitting can cost more than one action
     where the backward's two halves each walk the autograd graph."""
 
     cfg = dict(model_config)
     model = gpt_family(cfg["d_model"], cfg["n_heads"], cfg["d_ff"], cfg["seq_len"], cfg["vocab"], cfg["n_layers"])
     c = Candidate(pp=2, schedule="ZBH1", microbatches=4, batch=8)
-    measured = run_candidate(c, cfg, steps=6, timeout=timeout)["measured_step_s"]
+    measured = _fastest_step(c, cfg, timeout)
 
     def predicted(extra: float) -> float:
         trial = {**data, "pipeline": {**data["pipeline"], "split_extra_s": extra}}

@@ -120,6 +120,7 @@ class StageCost:
     activation_bytes: float = 0.0
     comm_max_bytes: float = 0.0
     runtime_s: float = 0.0   # what the pipeline runtime adds per action (F, B, I or W)
+    split_extra_s: float = 0.0  # what a split backward (I + W) costs beyond its two actions, in W
 
     def add(self, part: str, f: float = 0.0, i: float = 0.0, w: float = 0.0) -> None:
         self.forward += f
@@ -230,6 +231,7 @@ def stage_costs(model: ModelDesc, c: Candidate, profile: Profile, comm: Optional
             cost.backward_input += a / 2   # the other half of each one's action (parts count B's one)
             cost.backward_weight += a / 2
             cost.runtime_s = a + extra
+            cost.split_extra_s = extra
         out.append(cost)
     return out
 
