@@ -271,10 +271,10 @@ def measure_pipeline_action(data: dict, model_config: dict, timeout: float) -> f
 
 def measure_split_backward(data: dict, model_config: dict, timeout: float) -> float:
     """Seconds a split backward (I then W) costs beyond its compute and two runtime actions: the
-    demo's ``pp2`` plan with ZBH1 at 4 microbatches on 2 ranks, and the extra cost per W that
-    makes this profile's prediction of that plan equal its measured step (the fastest of two
-    16-step runs; bisection; 0 when the plan measures no slower than predicted without it). Splitting can cost more than one action
-    where the backward's two halves each walk the autograd graph."""
+    demo's ``pp2`` plan with ZBH1 at 4 microbatches on 2 ranks, and the cost per W that makes this
+    profile's prediction of that plan equal its measured step (the fastest of two 16-step runs;
+    bisection). Positive where the backward's two halves each walk the autograd graph; negative,
+    down to ``-action_s``, where a W costs less than an F or a B action (it sends nothing)."""
 
     cfg = dict(model_config)
     model = gpt_family(cfg["d_model"], cfg["n_heads"], cfg["d_ff"], cfg["seq_len"], cfg["vocab"], cfg["n_layers"])
@@ -285,9 +285,9 @@ def measure_split_backward(data: dict, model_config: dict, timeout: float) -> fl
         trial = {**data, "pipeline": {**data["pipeline"], "split_extra_s": extra}}
         return predict(model, c, Profile.from_json(trial), 2).step_s
 
-    low, high = 0.0, measured
+    low, high = -float(data["pipeline"].get("action_s", 0.0)), measured
     if predicted(low) >= measured:
-        return 0.0
+        return low
     for _ in range(40):
         mid = (low + high) / 2
         low, high = (mid, high) if predicted(mid) < measured else (low, mid)

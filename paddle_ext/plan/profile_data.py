@@ -15,7 +15,8 @@ one by hand for hardware they do not have (``examples/profiles/h100_8x_published
 ``inter_node``    the same as ``collectives`` for groups that span nodes (``--nodes`` > 1)
 ``memory``        ``{"process_base_bytes"}``: a rank's memory before the model (runtime, libraries)
 ``pipeline``      ``{"action_s", "split_extra_s"}``: what a pipeline runtime adds per action beyond
-                  compute, and per split backward beyond its two actions (each 0 if absent)
+                  compute, and per split backward beyond its two actions (each 0 if absent; the
+                  second may be negative, down to ``-action_s``: a W that sends nothing)
 ``host``          ``{"cores"}``: CPU cores the ranks share (CPU ranks only; absent where every rank
                   owns its device): ranks computing at once beyond the cores slow each other down
 
@@ -120,8 +121,9 @@ class Profile:
         return float((self.data.get("pipeline") or {}).get("action_s", 0.0))
 
     def pipeline_split_extra_s(self) -> float:
-        """Seconds a split backward (I then W) costs beyond its compute and two actions (0 if absent)."""
-        return float((self.data.get("pipeline") or {}).get("split_extra_s", 0.0))
+        """Seconds a split backward (I then W) costs beyond its compute and two actions (0 if absent;
+        negative, down to ``-action_s``, where a W action costs less than an F or a B)."""
+        return max(float((self.data.get("pipeline") or {}).get("split_extra_s", 0.0)), -self.pipeline_action_s())
 
     def host_cores(self) -> Optional[int]:
         """Cores CPU ranks share, or None (a device per rank: no contention for compute)."""

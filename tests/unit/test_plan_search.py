@@ -210,8 +210,9 @@ def test_h100_scale_search():
 @pytest.mark.parametrize("extra", [{}, {"pipeline": {"action_s": 50.0}},
                                    {"collectives": {k: {"any": {"alpha_s": 300.0, "s_per_byte": 1.0}}
                                                     for k in COLLECTIVE_KINDS}},
-                                   {"host": {"cores": 2}, "pipeline": {"action_s": 50.0}}],
-                         ids=["unit", "runtime-per-action", "p2p-latency", "cpu-contention"])
+                                   {"host": {"cores": 2}, "pipeline": {"action_s": 50.0}},
+                                   {"pipeline": {"action_s": 50.0, "split_extra_s": -50.0}}],
+                         ids=["unit", "runtime-per-action", "p2p-latency", "cpu-contention", "cheap-split"])
 def test_lower_bound_never_exceeds_the_simulated_step(extra):
     """The search skips building a pipeline whose lower bound cannot enter the best plans; that is
     only sound if the bound is below the simulated step of every plan, for every schedule."""
