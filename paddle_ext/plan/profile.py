@@ -18,6 +18,7 @@ transition, so ``alpha + s_per_byte * planner bytes`` is what the step model rea
 """
 from __future__ import annotations
 
+import importlib
 import os
 import platform
 import statistics
@@ -139,7 +140,6 @@ def _dispatch_per_op(mesh, model_config: dict, repeats: int) -> float:
 def profile_rank(model_config: dict, repeats: int = 7, imports=()) -> dict:
     """Run on every rank: dispatch overhead, collectives, p2p, optimizer, process memory (after
     importing ``imports`` too: the modules the model's runner loads, e.g. PaddleNLP's)."""
-    import importlib
     import resource
 
     import numpy as np

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import statistics
 
+from ..testing import run_ranks
+from ..testing.real_models import OUTSIDE_STATIC_MODE, train_layout
 from .candidates import Candidate
 from .runner import WARMUP, _cpu_rank_env, _lock
 
@@ -52,9 +54,6 @@ def run_candidate(c: Candidate, model_name: str, steps: int = 16, timeout: float
                   log_dir=None) -> dict:
     """Run plan ``c`` on PaddleNLP's ``model_name``; ``{"measured_step_s", "measured_peak_bytes",
     "step_times", "losses"}``."""
-    from ..testing import run_ranks
-    from ..testing.real_models import OUTSIDE_STATIC_MODE, train_layout
-
     with _lock(lock):
         results = run_ranks(train_layout, nproc=c.world,
                             args=(model_key(model_name), layout(c), OUTSIDE_STATIC_MODE, "dygraph", steps, c.batch),
