@@ -147,12 +147,12 @@ def run(args) -> int:
                          _schedules(args.schedules))
     from ..plan.runner import WARMUP
 
-    for flag, value, least in (("--repeat", args.repeat, 1), ("--steps", args.steps, WARMUP + 1)):
+    for flag, value, least, why in (("--repeat", args.repeat, 1, "passes over the run plans"),
+                                    ("--steps", args.steps, WARMUP + 1, f"{WARMUP} warm-up steps and one timed")):
         if args.run and value < least:
             from ..errors import PaddleExtError
 
-            raise PaddleExtError(f"{flag} {value}: with --run it must be at least {least} "
-                                 f"(a step time needs {WARMUP} warm-up steps and one more)")
+            raise PaddleExtError(f"{flag} {value}: with --run it must be at least {least} ({why})")
     overridden = [k for k in ("layers", "hidden", "heads", "seq", "vocab", "ffn") if getattr(args, k) is not None]
     if args.run and args.model != "demo" and overridden:
         from ..errors import PaddleExtError

@@ -460,7 +460,7 @@ ROWS: tuple[Row, ...] = (
         "paddle-ext schedule: error: --memory-limit applies to ZBAuto (microbatches per rank) and to VMin, VHalf, "
         "VZB (stage activations per rank); ZBH1 has a fixed memory: drop --memory-limit or use ZBAuto"),
     Row("cli-plan-repeat", "CLI", "paddle-ext plan --model demo --nproc 2 --run 2 --repeat 0", "exit 2",
-        "paddle-ext plan: error: --repeat 0: with --run it must be at least 1"),
+        "paddle-ext plan: error: --repeat 0: with --run it must be at least 1 (passes over the run plans)"),
     Row("cli-plan-run-overrides", "CLI", "paddle-ext plan --model paddlenlp-gpt --nproc 2 --layers 8 --run 2", "exit 2",
         "paddle-ext plan: error: --run trains paddlenlp-gpt at the real-model tests' tiny config; a size override "
         "(--layers) describes a model it cannot build: drop the overrides or --run"),
