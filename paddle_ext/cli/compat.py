@@ -10,11 +10,12 @@ had; the rest of the file is kept), so the matrix can be regenerated a model at 
 """
 from __future__ import annotations
 
-import contextlib
 import re
 import sys
 import time
 from pathlib import Path
+
+from ..compat.cpp_build import optional_file_lock
 
 SECTION = "## Real models"
 BEGIN, END = "<!-- real-models-table:begin -->", "<!-- real-models-table:end -->"   # the table's bounds
@@ -30,14 +31,6 @@ def _pick(value: str | None, allowed: tuple, what: str) -> list[str]:
 
         raise PaddleExtError(f"unknown {what} {bad}; known: {', '.join(allowed)}")
     return picked
-
-
-def _locked(path: str | None):
-    """Hold an exclusive flock on ``path`` (if given) around one launch: a shared machine's
-    multi-process runs take turns."""
-    from ..compat.cpp_build import file_lock
-
-    return file_lock(path) if path else contextlib.nullcontext()
 
 
 def run(args) -> int:
@@ -61,7 +54,7 @@ def run(args) -> int:
     rows = []
     for model in models:
         try:
-            with _locked(args.lock):
+            with optional_file_lock(args.lock):
                 dense = run_ranks(rm.dense_losses, 1, args=(model,), timeout=args.timeout,
                                   log_dir=logs / f"{model}-dense")[0]
         except HarnessError as exc:
@@ -74,7 +67,7 @@ def run(args) -> int:
                     if dense is None:
                         status, detail = "error", f"the dense reference failed: {dense_error}"
                     else:
-                        with _locked(args.lock):
+                        with optional_file_lock(args.lock):
                             status, detail = rm.run_cell(model, plan, mode, ex, dense,
                                                          logs / f"{model}-{plan}-{ex}-{mode}", timeout=args.timeout)
                     row[mode] = (status, detail)

@@ -13,7 +13,8 @@ import os
 import sys
 from pathlib import Path
 
-from .profile import _lock, add_model_arguments
+from ..compat.cpp_build import optional_file_lock
+from .profile import add_model_arguments
 
 DEFAULT_TOP = 10
 
@@ -50,7 +51,7 @@ def _profile(args, model, out: Path):
                                  args.batch or max(8, 2 * args.nproc), args.nproc)
     print(f"paddle-ext plan: no --profile: measuring one on {args.nproc} ranks -> {out}/profile.json",
           file=sys.stderr)
-    with _lock(args.lock):
+    with optional_file_lock(args.lock):
         data = build_profile(requirements(model, cands, args.nproc)[0], args.nproc, model.config, timeout=args.timeout,
                              imports=RUNNER_IMPORTS[args.model])
     (out / "profile.json").write_text(json.dumps(data, indent=1))

@@ -7,15 +7,10 @@ AdamW step and the process memory; writes plain JSON (see :mod:`paddle_ext.plan.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 
-
-def _lock(path):
-    from ..compat.cpp_build import file_lock
-
-    return file_lock(path) if path else contextlib.nullcontext()
+from ..compat.cpp_build import optional_file_lock
 
 
 def run(args) -> int:
@@ -33,7 +28,7 @@ def run(args) -> int:
           f"collectives on {args.nproc} ranks", file=sys.stderr)
     from ..plan.profile import build_profile
 
-    with _lock(args.lock):
+    with optional_file_lock(args.lock):
         profile = build_profile(gemms, args.nproc, model.config, timeout=args.timeout,
                                 imports=RUNNER_IMPORTS[args.model])
     with open(args.out, "w", encoding="utf-8") as f:

@@ -214,6 +214,12 @@ def file_lock(path: str):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def optional_file_lock(path):
+    """:func:`file_lock` on ``path`` if one is given, else a no-op context (a ``--lock`` option:
+    a shared machine's multi-process runs take turns)."""
+    return file_lock(path) if path else contextlib.nullcontext()
+
+
 def _locked(build: str):
     """An exclusive ``flock`` on ``<build>/.lock`` for the ``with`` block."""
     return file_lock(os.path.join(build, ".lock"))

@@ -23,8 +23,9 @@ The fix wraps those ops (:data:`OPS` of ``paddle._C_ops``, looked up at call tim
 Python API) and ``LocalLayer.__call__`` once a ShardingStage3 optimizer exists in the process
 (before that nothing is wrapped): Paddle runs first, unchanged; only when its SPMD rule raises
 and an input is a parameter of a ShardingStage3 optimizer (in a ``dist.to_static`` program: the
-parameter's value, by name), that parameter is resharded ``Shard -> Replicate`` on its sharding mesh dim (an all-gather; its
-gradient goes back through the reshard's own backward, a reduce-scatter) and the op runs again.
+parameter's value, by name), that parameter is resharded ``Shard -> Replicate`` on its sharding
+mesh dim (an all-gather; its gradient goes back through the reshard's own backward, a
+reduce-scatter) and the op runs again.
 The rule raises before any kernel runs, any gradient node is made or any program op is added, so
 the retry is the only run. Everything else goes to Paddle unchanged.
 

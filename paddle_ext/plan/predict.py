@@ -73,11 +73,16 @@ def placed_stages(schedule: str, rank: int, pp: int, chunks: int) -> List[int]:
     return [rank + k * pp for k in range(chunks)]
 
 
+def _kind(action) -> str:
+    """An action's kind, "F", "B", "I" or "W" (a string or an enum member's name)."""
+    return str(action[1]).rsplit(".", 1)[-1]
+
+
 @lru_cache(maxsize=512)
 def splits_backward(name: str, pp: int, m: int, v: int) -> bool:
     """True if the schedule runs split backwards (I and W actions) at these sizes."""
     sched, _ = _schedule(name, pp, m, v)
-    return any(a is not None and str(a[1]).rsplit(".", 1)[-1] == "W" for acts in sched.values() for a in acts)
+    return any(a is not None and _kind(a) == "W" for acts in sched.values() for a in acts)
 
 
 @lru_cache(maxsize=8192)
@@ -92,7 +97,7 @@ def live_activation_peaks(name: str, pp: int, m: int, v: int, act: tuple) -> Tup
         for a in sched[r]:
             if a is None:
                 continue
-            kind = str(a[1]).rsplit(".", 1)[-1]
+            kind = _kind(a)
             if kind == "F":
                 live += act[a[0]]
                 peak = max(peak, live)
@@ -239,11 +244,12 @@ def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: in
                     stages = stage_costs(model, c, profile, comm, memo, k)
         busy = [c.microbatches * sum(stages[s].least_total for s in ids) for ids in rank_stages]
         busiest = max(range(len(busy)), key=lambda i: busy[i])
+        # backwards run whole (B): no split cost, which each stage's parts count once (in W)
+        whole = not lower_bound and not splits_backward(c.schedule, c.pp, c.microbatches, c.chunks)
         for s in rank_stages[busiest]:
             for name, value in stages[s].parts.items():
                 parts[name] = parts.get(name, 0.0) + value * c.microbatches
-            if not lower_bound and not splits_backward(c.schedule, c.pp, c.microbatches, c.chunks):
-                # its backwards run whole (B): no split cost (the stage's parts count one, in W)
+            if whole:
                 parts["pipeline runtime"] = parts.get("pipeline runtime", 0.0) - stages[s].split_extra_s * c.microbatches
         pipeline = max(_least_finish(stages, rank_stages, busy, c.microbatches, latency))
         if pipeline > busy[busiest]:

@@ -21,7 +21,8 @@ import statistics
 from ..testing import run_ranks
 from ..testing.real_models import OUTSIDE_STATIC_MODE, train_layout
 from .candidates import Candidate
-from .runner import WARMUP, _cpu_rank_env, _lock
+from ..compat.cpp_build import optional_file_lock
+from .runner import _cpu_rank_env, step_times
 
 # schedules that, at one microbatch on one chunk, are "every forward, then every backward"
 F_THEN_B = ("FThenB", "1F1B", "Eager1F1B")
@@ -54,12 +55,12 @@ def run_candidate(c: Candidate, model_name: str, steps: int = 16, timeout: float
                   log_dir=None) -> dict:
     """Run plan ``c`` on PaddleNLP's ``model_name``; ``{"measured_step_s", "measured_peak_bytes",
     "step_times", "losses"}``."""
-    with _lock(lock):
+    with optional_file_lock(lock):
         results = run_ranks(train_layout, nproc=c.world,
                             args=(model_key(model_name), layout(c), OUTSIDE_STATIC_MODE, "dygraph", steps, c.batch),
                             timeout=timeout, log_dir=log_dir, env=_cpu_rank_env())
-    ends = next(r for r in results if r["rank"] == 0)["step_ends"]
-    diffs = [b - a for a, b in zip(ends, ends[1:])][WARMUP - 1:] or [ends[-1] - ends[0]]
+    ends = next(r for r in results if r["rank"] == 0)["step_ends"]   # perf_counter readings
+    diffs = step_times([e - ends[0] for e in ends])
     losses = next((r["losses"] for r in results if r.get("losses")), None)
     return {"measured_step_s": statistics.median(diffs), "measured_peak_bytes": max(r["peak_memory"] for r in results),
             "step_times": diffs, "losses": losses}

@@ -8,12 +8,12 @@ peak the runner reports (``ru_maxrss`` on CPU, the allocator's peak on GPU).
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import statistics
 import tempfile
 from pathlib import Path
 
+from ..compat.cpp_build import optional_file_lock
 from .candidates import Candidate
 
 WARMUP = 2
@@ -39,14 +39,20 @@ def run_candidate(c: Candidate, model_config: dict, steps: int = 6, timeout: flo
     run = RunConfig(plan=c.plan, schedule=c.schedule or "1F1B", steps=steps, batch=c.batch,
                     microbatches=c.microbatches, progress_file=str(progress))
     env = _cpu_rank_env()
-    locked = _lock(lock)
+    locked = optional_file_lock(lock)
     with locked:
         results = run_ranks(train_rank, nproc=c.world, args=(run.__dict__, dict(model_config)), timeout=timeout,
                             log_dir=log_dir, env=env)
     elapsed = [json.loads(line)["elapsed"] for line in progress.read_text().splitlines() if line.strip()]
-    diffs = [b - a for a, b in zip(elapsed, elapsed[1:])][WARMUP - 1:] or [elapsed[-1]]
+    diffs = step_times(elapsed)
     return {"measured_step_s": statistics.median(diffs), "measured_peak_bytes": max(r["peak_memory"] for r in results),
             "step_times": diffs, "losses": results[0]["losses"]}
+
+
+def step_times(ends: list) -> list:
+    """Step-to-step times after ``WARMUP`` steps from each step's end time (seconds since the
+    run started: the first step's end alone when there is nothing after the warm-up)."""
+    return [b - a for a, b in zip(ends, ends[1:])][WARMUP - 1:] or [ends[-1]]
 
 
 def _cpu_rank_env() -> dict:
@@ -56,10 +62,4 @@ def _cpu_rank_env() -> dict:
     return {"PADDLE_DISTRI_BACKEND": "gloo", "CUDA_VISIBLE_DEVICES": ""} if paddle.is_compiled_with_cuda() else {}
 
 
-def _lock(path):
-    from ..compat.cpp_build import file_lock
-
-    return file_lock(path) if path else contextlib.nullcontext()
-
-
-__all__ = ["runnable", "run_candidate"]
+__all__ = ["runnable", "run_candidate", "step_times"]
