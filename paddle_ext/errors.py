@@ -35,7 +35,13 @@ class CompatError(PaddleExtError, RuntimeError):
 
 
 class HarnessError(PaddleExtError, RuntimeError):
-    """A multi-rank run failed: a rank raised, exited, or did not finish in time."""
+    """A multi-rank run failed: a rank raised, exited, or did not finish in time. ``failures``
+    lists each failing rank (:class:`paddle_ext.testing.launch.RankFailure`); ``results`` holds
+    every rank's returned value when all of them returned and only their exit went wrong (a
+    crash or hang in interpreter teardown), else None."""
+
+    failures: list = []
+    results = None
 
 
 class ValueMismatchError(PaddleExtError, AssertionError):

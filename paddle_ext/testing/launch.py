@@ -157,6 +157,7 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
     start = time.monotonic()
     failures: list[RankFailure] = []
     first_failure_at = None
+    all_returned = False
     try:
         while True:
             done = {int(p.stem.split(".")[1]) for p in results_dir.glob("rank.*.pkl")}
@@ -165,6 +166,7 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
                 first_failure_at = time.monotonic()
             if len(done) == nproc and not errors:
                 (results_dir / "release").touch()
+                all_returned = True
                 failures = _wait_for_exits(results_dir, nproc, logs, exit_timeout)
                 break
             exited = proc.poll() is not None
@@ -209,7 +211,12 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
         raise HarnessError(f"processes {leftovers} of this run could not be killed")
     if failures:
         shutil.copy(work / "launcher.out", logs / "launcher.out")
-        raise HarnessError(_format_failures(fn, nproc, failures, logs))
+        err = HarnessError(_format_failures(fn, nproc, failures, logs))
+        err.failures = failures
+        # every rank returned and only teardown went wrong: the values stay readable
+        if all_returned:
+            err.results = [_read(results_dir, r)[1] for r in range(nproc)]
+        raise err
     results = [_read(results_dir, r)[1] for r in range(nproc)]
     if not log_dir and not keep_logs:
         shutil.rmtree(work, ignore_errors=True)

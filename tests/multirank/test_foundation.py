@@ -35,6 +35,9 @@ def test_rank_that_fails_in_teardown_is_named(how, kind, detail, tmp_path):
                   log_dir=tmp_path / "log")
     msg = str(info.value)
     assert kind in msg and detail in msg and "rank 0" not in msg.splitlines()[0], msg
+    # every rank had returned: the error still carries their values, and names the failing rank
+    assert info.value.results == [0, 1]
+    assert [f.rank for f in info.value.failures if f.kind != "stopped"] == [1]
 
 
 def test_raising_rank_is_named_with_its_traceback(tmp_path):
@@ -47,6 +50,7 @@ def test_raising_rank_is_named_with_its_traceback(tmp_path):
     # failed fast: rank 0, waiting in all_reduce for rank 1, saw its peer go (gloo raises) or was
     # stopped by the harness; the run's own 120 s timeout did not run out
     assert "timeout" not in msg.splitlines()[0], msg
+    assert info.value.results is None   # not every rank returned: no values to read
 
 
 def test_a_relative_log_dir_keeps_every_ranks_log(tmp_path, monkeypatch):
