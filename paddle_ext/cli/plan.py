@@ -53,7 +53,7 @@ def _profile(args, model, out: Path):
           file=sys.stderr)
     with optional_file_lock(args.lock):
         data = build_profile(requirements(model, cands, args.nproc)[0], args.nproc, model.config, timeout=args.timeout,
-                             imports=RUNNER_IMPORTS[args.model])
+                             imports=RUNNER_IMPORTS[args.model], model=args.model)
     (out / "profile.json").write_text(json.dumps(data, indent=1))
     return Profile.from_json(data, str(out / "profile.json"))
 
@@ -208,10 +208,11 @@ def register(subparsers) -> None:
                              "path for paddlenlp-*)")
     parser.add_argument("--pick", choices=("best", "spread"), default="best",
                         help="with --run: the K best plans (default) or K spread evenly over the ranking")
-    parser.add_argument("--steps", type=int, default=16,
-                        help="training steps per run plan (default 16: a pass's step is the median of steps 3-16)")
-    parser.add_argument("--repeat", type=int, default=2,
-                        help="passes over the run plans, every other one in reverse order (default 2); a plan's "
+    parser.add_argument("--steps", type=int, default=32,
+                        help="training steps per run plan (default 32: a pass's step is the median of steps 3-32; "
+                             "a launch costs more than its steps, and the median of 14 moved by +-10%%)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="passes over the run plans, every other one in reverse order (default 3); a plan's "
                              "measured step is its fastest pass's, its peak memory the largest")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--out", default="plan_out", help="directory for plan.json and a measured profile")

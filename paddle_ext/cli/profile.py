@@ -30,7 +30,7 @@ def run(args) -> int:
 
     with optional_file_lock(args.lock):
         profile = build_profile(gemms, args.nproc, model.config, timeout=args.timeout,
-                                imports=RUNNER_IMPORTS[args.model])
+                                imports=RUNNER_IMPORTS[args.model], model=args.model)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(profile, f, indent=1)
     print(f"profile written to {args.out}")

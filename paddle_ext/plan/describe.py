@@ -4,7 +4,8 @@
 (``layers``, ``hidden``, ``heads``, ``seq``, ``vocab``, ``ffn``) asks for a larger model of the
 same family, which is then written from its sizes without building it. ``paddlenlp-gpt`` and
 ``paddlenlp-qwen`` are the tiny PaddleNLP auto-model configs of the real-model tests
-(:mod:`paddle_ext.testing.real_models`), described from their config.
+(:mod:`paddle_ext.testing.real_models`), traced (:mod:`.trace_paddlenlp`); with size overrides,
+written from their config by the same family formula.
 """
 from __future__ import annotations
 
@@ -49,16 +50,11 @@ def describe_model(name: str, **overrides) -> ModelDesc:
         heads = given.get("heads", max(1, hidden // (base.d_model // base.n_heads)))
         return gpt_family(hidden, heads, given.get("ffn", 2 * hidden), given.get("seq", base.seq_len),
                           given.get("vocab", base.vocab), given.get("layers", base.n_layers))
-    from ..testing import real_models
+    from . import trace_paddlenlp
 
-    cfg = real_models.config(name.split("-", 1)[1])
-    values = {k: getattr(cfg, k, None) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
-                                                 "intermediate_size", "vocab_size", "seq_length",
-                                                 "max_position_embeddings", "hidden_act")}
-    # PaddleNLP's GPT MLP is fc -> gelu -> fc; QWen's is SwiGLU with two halves of intermediate_size
-    values["hidden_act"] = "gelu" if name == "paddlenlp-gpt" else "silu"
-    if name == "paddlenlp-qwen":
-        values["intermediate_size"] = values["intermediate_size"] // 2
+    if not given:   # the config the runner trains: traced, roles from the auto class
+        return trace_paddlenlp.trace_paddlenlp(name)
+    values = trace_paddlenlp.config_values(name)
     for key, field in (("layers", "num_hidden_layers"), ("hidden", "hidden_size"), ("heads", "num_attention_heads"),
                        ("seq", "seq_length"), ("vocab", "vocab_size"), ("ffn", "intermediate_size")):
         if key in given:

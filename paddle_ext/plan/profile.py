@@ -27,12 +27,15 @@ import time
 from .candidates import Candidate
 from .model_desc import gpt_family
 from .predict import predict
+from .profile_blocks import measure_block_extra
 from .profile_data import Profile, fit_line, gemm_key
 from .runner import run_candidate
 from .stage_cost import reshard_bytes, stage_costs
+from .trace_paddlenlp import MODELS as PADDLENLP_MODELS
 
 COLLECTIVE_SIZES = (256, 16384, 131072)       # float32 elements
 ELEMENTWISE_SIZES = (256, 4096, 65536, 262144)
+COLLECTIVE_REPEATS = 15
 TRANSITIONS = {"all_reduce": ("[P]", "[R]"), "all_gather": ("[S(0)]", "[R]"), "reduce_scatter": ("[P]", "[S(0)]")}
 
 
@@ -89,15 +92,21 @@ def _barrier():
     dist.barrier()
 
 
-def _timed_collective(fn, repeats: int) -> float:
-    times = []
-    fn()
+def _interleaved(cases, repeats: int) -> list:
+    """The median seconds of each case's callable (the last item), every rank at once after a
+    barrier. The cases take turns, ``repeats`` rounds of all of them after one warm-up round, so a
+    slow spell of a shared machine falls on every size and kind alike instead of bending the
+    fitted line of the one being timed (one case after another made a slope 7x off)."""
+    for case in cases:
+        case[-1]()
+    times: list = [[] for _ in cases]
     for _ in range(repeats):
-        _barrier()
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        for i, case in enumerate(cases):
+            _barrier()
+            t = time.perf_counter()
+            case[-1]()
+            times[i].append(time.perf_counter() - t)
+    return [statistics.median(t) for t in times]
 
 
 def _dispatch_per_op(mesh, model_config: dict, repeats: int) -> float:
@@ -137,9 +146,10 @@ def _dispatch_per_op(mesh, model_config: dict, repeats: int) -> float:
     return max(statistics.median(spread) - statistics.median(dense), 0.0) / (2 * ops)
 
 
-def profile_rank(model_config: dict, repeats: int = 7, imports=()) -> dict:
+def profile_rank(model_config: dict, repeats: int = 7, imports=(), model: str = "demo") -> dict:
     """Run on every rank: dispatch overhead, collectives, p2p, optimizer, process memory (after
-    importing ``imports`` too: the modules the model's runner loads, e.g. PaddleNLP's)."""
+    importing ``imports`` too: the modules the model's runner loads, e.g. PaddleNLP's) and, for a
+    PaddleNLP ``model``, its decoder layer under tensor parallelism (:mod:`.profile_blocks`)."""
     import resource
 
     import numpy as np
@@ -156,34 +166,37 @@ def profile_rank(model_config: dict, repeats: int = 7, imports=()) -> dict:
     world, rank = dist.get_world_size(), dist.get_rank()
     mesh = dist.ProcessMesh(list(range(world)), dim_names=["x"])
     out = {"rank": rank, "dist_op_s": _dispatch_per_op(mesh, model_config, repeats), "collectives": {}}
+    place = {"[P]": dist.Partial(), "[R]": dist.Replicate(), "[S(0)]": dist.Shard(0)}
+    cases = []   # (kind, group, bytes, the reshard to time)
     for g in [g for g in range(2, world + 1) if world % g == 0]:
         mesh2 = dist.ProcessMesh(np.arange(world).reshape(world // g, g).tolist(), dim_names=["o", "g"])
         for kind, (src, dst) in TRANSITIONS.items():
-            pts = []
             for n in COLLECTIVE_SIZES:
-                place = {"[P]": dist.Partial(), "[R]": dist.Replicate(), "[S(0)]": dist.Shard(0)}
                 x = dist.shard_tensor(paddle.rand([n]), mesh2, [dist.Replicate(), place[src]])
-                t = _timed_collective(lambda: dist.reshard(x, mesh2, [dist.Replicate(), place[dst]]), repeats)
-                pts.append((reshard_bytes((n,), g, src, dst), t))
-            alpha, beta = fit_line(pts)
-            out["collectives"].setdefault(kind, {})[str(g)] = {"alpha_s": alpha, "s_per_byte": beta}
-    pts = []
+                cases.append((kind, g, reshard_bytes((n,), g, src, dst),
+                              lambda x=x, m=mesh2, d=place[dst]: dist.reshard(x, m, [dist.Replicate(), d])))
     peer = rank ^ 1
     for n in COLLECTIVE_SIZES:
         buf = paddle.rand([n])
-        if peer < world:
-            def exchange():
-                if rank % 2 == 0:
-                    dist.send(buf, peer)
-                else:
-                    dist.recv(buf, peer)
-            pts.append((n * 4, _timed_collective(exchange, repeats)))
-        else:
-            for _ in range(repeats):
-                _barrier()
-    alpha, beta = fit_line(pts)
-    out["collectives"]["p2p"] = {"2": {"alpha_s": alpha, "s_per_byte": beta}}
+
+        def exchange(buf=buf):
+            if peer >= world:
+                return
+            if rank % 2 == 0:
+                dist.send(buf, peer)
+            else:
+                dist.recv(buf, peer)
+        cases.append(("p2p", 2, n * 4, exchange))
+    times = _interleaved(cases, COLLECTIVE_REPEATS)
+    for kind, g in dict.fromkeys((k, g) for k, g, _, _ in cases):
+        pts = [(nbytes, t) for (k, gg, nbytes, _), t in zip(cases, times) if (k, gg) == (kind, g)]
+        if kind == "p2p" and peer >= world and world > 1:
+            continue   # no peer here (odd world): the other ranks' fits make the profile's
+        alpha, beta = fit_line(pts)
+        out["collectives"].setdefault(kind, {})[str(g)] = {"alpha_s": alpha, "s_per_byte": beta}
     out["optimizer"] = _optimizer_line(mesh, repeats)
+    if model in PADDLENLP_MODELS and world > 1:
+        out["blocks"] = measure_block_extra(PADDLENLP_MODELS[model])
     out["process_base_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return out
 
@@ -206,23 +219,27 @@ def _optimizer_line(mesh, repeats: int) -> dict:
     return {"alpha_s_per_tensor": per_tensor, "s_per_elem": per_elem}
 
 
-def build_profile(gemms, nproc: int, model_config: dict, timeout: float = 600.0, log_dir=None, imports=()) -> dict:
+def build_profile(gemms, nproc: int, model_config: dict, timeout: float = 600.0, log_dir=None, imports=(),
+                  model: str = "demo") -> dict:
     """Measure everything on this machine: the matmul ``gemms`` here, the rest on ``nproc`` ranks
     (``model_config``: the demo GPT's sizes, for the dispatch measurement on one block;
-    ``imports``: modules the model's runner loads, in the process base)."""
+    ``imports``: modules the model's runner loads, in the process base; ``model``: its name, for
+    a PaddleNLP model's own decoder layer)."""
     from ..testing import run_ranks
 
     load_before = os.getloadavg()
     elementwise = measure_elementwise()
     matmuls = measure_matmuls(gemms)
-    ranks = run_ranks(profile_rank, nproc=nproc, args=(dict(model_config), 7, tuple(imports)), timeout=timeout,
+    ranks = run_ranks(profile_rank, nproc=nproc, args=(dict(model_config), 7, tuple(imports), model), timeout=timeout,
                       log_dir=log_dir)
     med = statistics.median
     collectives = {}
     for kind, by_group in ranks[0]["collectives"].items():
-        collectives[kind] = {g: {"alpha_s": med(r["collectives"][kind][g]["alpha_s"] for r in ranks),
-                                 "s_per_byte": med(r["collectives"][kind][g]["s_per_byte"] for r in ranks)}
-                             for g in by_group}
+        # over the ranks that timed it (with an odd world, the last rank has no p2p peer)
+        timed = {g: [r["collectives"][kind][g] for r in ranks if g in r["collectives"].get(kind, {})]
+                 for g in by_group}
+        collectives[kind] = {g: {"alpha_s": med(f["alpha_s"] for f in fits),
+                                 "s_per_byte": med(f["s_per_byte"] for f in fits)} for g, fits in timed.items()}
     data = {
         "source": f"measured by paddle-ext profile on {platform.node()} ({platform.machine()}, "
                   f"{os.cpu_count()} CPUs), {nproc} CPU ranks on gloo, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
@@ -237,6 +254,10 @@ def build_profile(gemms, nproc: int, model_config: dict, timeout: float = 600.0,
         "memory": {"process_base_bytes": max(r["process_base_bytes"] for r in ranks),
                    "base_imports": list(imports)},
     }
+    if "blocks" in ranks[0]:
+        data["blocks"] = {"model": model, "hidden": model_config["d_model"], "seq": model_config["seq_len"], "extra": {
+            key: {part: med(r["blocks"][key][part] for r in ranks) for part in ("fwd_s", "bwd_s")}
+            for key in ranks[0]["blocks"]}}
     data["pipeline"] = {"action_s": measure_pipeline_action(data, model_config, timeout)}
     data["pipeline"]["split_extra_s"] = measure_split_backward(data, model_config, timeout)
     return data

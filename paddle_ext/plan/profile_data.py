@@ -17,6 +17,11 @@ one by hand for hardware they do not have (``examples/profiles/h100_8x_published
 ``pipeline``      ``{"action_s", "split_extra_s"}``: what a pipeline runtime adds per action beyond
                   compute, and per split backward beyond its two actions (each 0 if absent; the
                   second may be negative, down to ``-action_s``: a W that sends nothing)
+``blocks``        ``{"model", "hidden", "seq", "extra": {"tp=G,sp=0|1,b=S": {"fwd_s", "bwd_s"}}}``: what one
+                  decoder layer of a PaddleNLP model adds under tensor parallelism G (with or
+                  without sequence parallelism, S samples) beyond its dense compute, timed on the
+                  model's own auto layer (:mod:`.profile_blocks`); replaces the formula's
+                  tensor-parallel collectives and dispatch for that model's blocks
 ``host``          ``{"cores"}``: CPU cores the ranks share (CPU ranks only; absent where every rank
                   owns its device): ranks computing at once beyond the cores slow each other down
 
@@ -124,6 +129,27 @@ class Profile:
         """Seconds a split backward (I then W) costs beyond its compute and two actions (0 if absent;
         negative, down to ``-action_s``, where a W action costs less than an F or a B)."""
         return max(float((self.data.get("pipeline") or {}).get("split_extra_s", 0.0)), -self.pipeline_action_s())
+
+    def block_extra(self, model: str, hidden: int, seq: int, tp: int, sp: bool,
+                    samples: int) -> Optional[Tuple[float, float]]:
+        """``(fwd, bwd)`` seconds one decoder layer of ``model`` adds under tensor parallelism
+        ``tp`` beyond its dense compute (``blocks``, measured for a PaddleNLP model at its sizes),
+        on the line through the timed sample counts; None where the profile did not time it."""
+        blocks = self.data.get("blocks") or {}
+        if blocks.get("model") != model or blocks.get("hidden") != hidden or blocks.get("seq") != seq:
+            return None
+        timed = sorted((int(k.rsplit("b=", 1)[1]), v) for k, v in (blocks.get("extra") or {}).items()
+                       if k.startswith(f"tp={tp},sp={int(bool(sp))},b="))
+        if not timed:
+            return None
+        (b0, v0), (b1, v1) = timed[0], timed[-1]
+
+        def at(part):
+            slope = (v1[part] - v0[part]) / (b1 - b0) if b1 != b0 else 0.0
+            if slope < 0:   # more samples cannot cost less: two readings of a flat line
+                return (v0[part] + v1[part]) / 2
+            return v0[part] + slope * (samples - b0)
+        return at("fwd_s"), at("bwd_s")
 
     def host_cores(self) -> Optional[int]:
         """Cores CPU ranks share, or None (a device per rank: no contention for compute)."""

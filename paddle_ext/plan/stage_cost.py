@@ -9,6 +9,10 @@ Per op of the stage's layers, at the microbatch a plan gives each rank
 * any other op costs the profile's elementwise line, forward in F and backward in I;
 * with a mesh inside the stage (``dp`` or ``tp`` > 1) every op call, forward and backward, pays
   the profile's ``dist_op_s`` (the semi-automatic dispatch of distributed tensors);
+* for a model whose profile timed its own decoder layer under this ``tp`` (``blocks``, a
+  PaddleNLP model: :mod:`.profile_blocks`; ``tp = 1``: data parallelism alone), that layer's
+  measured extra, forward in F and backward in I, in place of the dispatch above and the
+  tensor-parallel collectives below for its blocks;
 * tensor parallelism per block: without sequence parallelism two all-reduces of the block's
   ``[b, seq, hidden]`` output forward (after o and down) and two backward (the column inputs'
   gradients); with it two all-gathers and two reduce-scatters forward, the same backward; the
@@ -144,8 +148,14 @@ class StageCost:
 
 
 def _layer_cost(cost: StageCost, layer: LayerDesc, c: Candidate, profile: Profile, dist: bool,
-                comm: Optional["CommCost"], itemsize: int, hidden: int, seq: int, contention: float = 1.0) -> None:
+                comm: Optional["CommCost"], itemsize: int, hidden: int, seq: int, contention: float = 1.0,
+                model: str = "") -> None:
     samples, tp, k = c.microbatch_samples, c.tp, contention
+    measured = profile.block_extra(model, hidden, seq, tp, c.sp, samples) \
+        if layer.kind == "block" and dist and comm is not None else None
+    if measured is not None:   # the model's own layer timed under this tp: its collectives and dispatch
+        cost.add("tp block (measured)" if tp > 1 else "dispatch", measured[0], measured[1])
+        dist = False
     for op in layer.ops:
         if op.gemm is not None:
             f, bi, bw = profile.matmul(local_gemm(op, samples, tp))
@@ -156,7 +166,7 @@ def _layer_cost(cost: StageCost, layer: LayerDesc, c: Candidate, profile: Profil
         if dist:
             cost.add("dispatch", profile.dist_op_s(), profile.dist_op_s())
         cost.activation_bytes += local_numel(op, samples, tp, c.sp) * itemsize if op.batched else 0
-    if tp > 1 and comm is not None:
+    if tp > 1 and comm is not None and measured is None:
         shape = (samples, seq, hidden)
         if layer.kind == "block":
             if c.sp:
@@ -215,7 +225,7 @@ def stage_costs(model: ModelDesc, c: Candidate, profile: Profile, comm: Optional
             if one is None:
                 one = memo[key] = StageCost()
                 _layer_cost(one, layer, c, profile, dist, comm, model.dtype_bytes, model.hidden, model.seq,
-                            contention)
+                            contention, model.name)
             cost.forward += one.forward
             cost.backward_input += one.backward_input
             cost.backward_weight += one.backward_weight

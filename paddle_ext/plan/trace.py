@@ -29,7 +29,17 @@ def _prod(shape) -> int:
     return n
 
 
-def _ops_of(fn, specs, owner, b0: int, seq: int, block: bool) -> tuple:
+def _shape(value):
+    """A value's shape, or None for a value that has none (a vector of tensors: split's output)."""
+    try:
+        return [int(d) for d in value.shape]
+    except ValueError:
+        return None
+
+
+def _ops_of(fn, specs, owner, b0: int, seq: int, block: bool, role_of=param_role) -> tuple:
+    """The ops of ``fn`` traced at batch ``b0``; ``role_of(name)`` says how tensor parallelism
+    splits a parameter of ``owner`` (by its name there)."""
     import paddle
 
     static = paddle.jit.to_static(fn, input_spec=specs, full_graph=True)
@@ -42,9 +52,11 @@ def _ops_of(fn, specs, owner, b0: int, seq: int, block: bool) -> tuple:
         name = op.name()
         if name == "builtin.parameter":
             params[op.result(0).id] = names.get(op.attrs().get("parameter_name"), op.attrs().get("parameter_name"))
-        if name.startswith(_SKIP):
+        if name.startswith(_SKIP) or op.num_results() == 0:
             continue
-        out = [int(d) for d in op.result(0).shape]
+        out = _shape(op.result(0))
+        if out is None:
+            continue
         batched = bool(out) and out[0] in (b0, b0 * seq)
         per_sample = tuple(([out[0] // b0] if out[0] == b0 * seq and out[0] != b0 else []) + out[1:]) \
             if batched else tuple(out)
@@ -61,10 +73,10 @@ def _ops_of(fn, specs, owner, b0: int, seq: int, block: bool) -> tuple:
             else:
                 gemm, scales = (_prod(per_sample[:-2]), per_sample[-2], k, per_sample[-1]), "B"
             del ys, ty
-            if param is not None:
+            if param is not None and role_of is param_role:  # the demo's names: roles by path
                 param = param[:-len(".weight")] if param.endswith(".weight") else param
         if block and batched:
-            role = param_role(param) if param else "none"
+            role = role_of(param) if param else "none"
             if role == "column":
                 tp, in_region = "column", True
             elif role == "row":
@@ -103,8 +115,8 @@ def trace_demo(cfg=None) -> ModelDesc:
                      "traced", config)
 
 
-def _params(layer, prefix: str) -> tuple:
-    return tuple(ParamDesc(f"{prefix}.{n}", tuple(int(d) for d in p.shape), param_role(n))
+def _params(layer, prefix: str, role_of=param_role) -> tuple:
+    return tuple(ParamDesc(f"{prefix}.{n}", tuple(int(d) for d in p.shape), role_of(n))
                  for n, p in layer.named_parameters())
 
 

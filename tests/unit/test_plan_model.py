@@ -46,6 +46,40 @@ def test_paddlenlp_configs():
     gpt, qwen = describe_model("paddlenlp-gpt"), describe_model("paddlenlp-qwen")
     assert [op.name for op in gpt.layers[1].ops].count("gelu") == 1
     assert (qwen.hidden, qwen.ffn, qwen.n_layers) == (64, 128, 2)
+    assert gpt.source == qwen.source == "traced"
+
+
+@pytest.mark.parametrize("name", ["paddlenlp-gpt", "paddlenlp-qwen"])
+def test_paddlenlp_trace_has_the_models_parameters_and_paddlenlp_s_own_split(name):
+    """The description holds every parameter tensor the model trains (PaddleNLP's own list), and
+    each one's role is how PaddleNLP's auto class places it on ``mp`` (Paddle's placements)."""
+    import paddle
+    from paddle.distributed import fleet
+
+    from paddle_ext.testing import real_models as rm
+
+    model = name.split("-", 1)[1]
+    desc = describe_model(name)
+    net = rm.classes(model, auto=False)[0](rm.config(model))
+    mine = {p.path: p for layer in desc.layers for p in layer.params}
+    assert {n: tuple(p.shape) for n, p in net.named_parameters()} == {k: p.shape for k, p in mine.items()}
+    before = paddle.distributed.auto_parallel.get_mesh()
+    fleet.auto.create_mesh([("pp", 1), ("dp", 1), ("mp", 2)])
+    try:
+        with paddle.LazyGuard():
+            auto = rm.classes(model, auto=True)[0](rm.config(model, mp=2))
+    finally:
+        paddle.distributed.auto_parallel.set_mesh(before)
+    for n, p in auto.named_parameters():
+        shard = [q.get_dim() for q in p.placements[1:] if q.is_shard()] if p.is_dist() else []
+        want = "none" if not shard else "column" if shard[0] == len(p.shape) - 1 else "row"
+        assert mine[n].role == want, (n, p.placements if p.is_dist() else "dense", mine[n].role)
+    # every matmul against a weight in a block is split the way its weight is
+    for layer in desc.layers[1:-1]:
+        for op in layer.ops:
+            if op.gemm is not None and op.param is not None:
+                prefix = next(p.path for p in layer.params if p.path.endswith(op.param))
+                assert op.tp == mine[prefix].role if mine[prefix].role != "none" else op.tp in ("seq", "heads")
 
 
 def test_unknown_model():
