@@ -27,7 +27,7 @@ import time
 from .candidates import Candidate
 from .model_desc import gpt_family
 from .predict import predict
-from .profile_blocks import measure_block_extra
+from .profile_blocks import measure_block_extra, timed_in_turns
 from .profile_data import Profile, fit_line, gemm_key
 from .runner import run_candidate
 from .stage_cost import reshard_bytes, stage_costs
@@ -86,29 +86,6 @@ def measure_elementwise(repeats: int = 15) -> dict:
     return {"fwd": {"alpha_s": fa, "s_per_elem": fr}, "bwd": {"alpha_s": ba, "s_per_elem": br}}
 
 
-def _barrier():
-    import paddle.distributed as dist
-
-    dist.barrier()
-
-
-def _interleaved(cases, repeats: int) -> list:
-    """The median seconds of each case's callable (the last item), every rank at once after a
-    barrier. The cases take turns, ``repeats`` rounds of all of them after one warm-up round, so a
-    slow spell of a shared machine falls on every size and kind alike instead of bending the
-    fitted line of the one being timed (one case after another made a slope 7x off)."""
-    for case in cases:
-        case[-1]()
-    times: list = [[] for _ in cases]
-    for _ in range(repeats):
-        for i, case in enumerate(cases):
-            _barrier()
-            t = time.perf_counter()
-            case[-1]()
-            times[i].append(time.perf_counter() - t)
-    return [statistics.median(t) for t in times]
-
-
 def _dispatch_per_op(mesh, model_config: dict, repeats: int) -> float:
     """Extra seconds per op call on distributed tensors: forward + backward of one demo block
     with its input sharded over ``mesh`` on the batch and its weights replicated (every op then
@@ -133,17 +110,10 @@ def _dispatch_per_op(mesh, model_config: dict, repeats: int) -> float:
     local, dense_block = x[:2], Block(cfg)
     block = dist.shard_layer(Block(cfg), mesh)
     xd = dist.shard_tensor(x, mesh, [dist.Shard(0)])
-    step(dense_block, local)
-    step(block, xd)
-    dense, spread = [], []
-    for _ in range(2 * repeats):  # alternated, every rank at once: both see the same contention
-        for layer, inp, times in ((dense_block, local, dense), (block, xd, spread)):
-            _barrier()
-            t = time.perf_counter()
-            step(layer, inp)
-            times.append(time.perf_counter() - t)
+    # alternated, every rank at once: both see the same contention
+    dense, spread = timed_in_turns([lambda: step(dense_block, local), lambda: step(block, xd)], 2 * repeats)
     ops = len(gpt_family(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.seq_len, cfg.vocab, 1).layers[1].ops)
-    return max(statistics.median(spread) - statistics.median(dense), 0.0) / (2 * ops)
+    return max(spread - dense, 0.0) / (2 * ops)
 
 
 def profile_rank(model_config: dict, repeats: int = 7, imports=(), model: str = "demo") -> dict:
@@ -187,7 +157,7 @@ def profile_rank(model_config: dict, repeats: int = 7, imports=(), model: str = 
             else:
                 dist.recv(buf, peer)
         cases.append(("p2p", 2, n * 4, exchange))
-    times = _interleaved(cases, COLLECTIVE_REPEATS)
+    times = timed_in_turns([case[-1] for case in cases], COLLECTIVE_REPEATS)
     for kind, g in dict.fromkeys((k, g) for k, g, _, _ in cases):
         pts = [(nbytes, t) for (k, gg, nbytes, _), t in zip(cases, times) if (k, gg) == (kind, g)]
         if kind == "p2p" and peer >= world and world > 1:

@@ -51,8 +51,11 @@ def _first(out):
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
-def _timed_pairs(fns, repeats: int) -> list:
-    """Median seconds of each function, all ranks at once after a barrier, in turns."""
+def timed_in_turns(fns, repeats: int) -> list:
+    """The median seconds of each function, every rank at once after a barrier. The functions
+    take turns, ``repeats`` rounds of all of them after one warm-up round, so a slow spell of a
+    shared machine falls on each alike instead of bending the one being timed (collectives timed
+    one after another gave fitted slopes 7x apart from one profile to the next)."""
     for fn in fns:
         fn()
     times: list = [[] for _ in fns]
@@ -100,7 +103,7 @@ def measure_block_extra(model: str, repeats: int = 15) -> dict:
                     else:    # data parallel alone: each rank its b samples of the batch
                         whole = paddle.concat([x] * world)
                         xd = dist.shard_tensor(whole, mesh, [dist.Shard(0), dist.Replicate()])
-                    t = _timed_pairs([lambda: _first(dense(x)), lambda: _first(dense(x)).sum().backward(),
+                    t = timed_in_turns([lambda: _first(dense(x)), lambda: _first(dense(x)).sum().backward(),
                                       lambda: _first(layer(xd)), lambda: _first(layer(xd)).sum().backward()],
                                      repeats)
                     fwd_extra = max(t[2] - t[0], 0.0)
@@ -113,4 +116,4 @@ def measure_block_extra(model: str, repeats: int = 15) -> dict:
     return out
 
 
-__all__ = ["SAMPLES", "block_key", "measure_block_extra"]
+__all__ = ["SAMPLES", "block_key", "measure_block_extra", "timed_in_turns"]
