@@ -42,7 +42,7 @@ def run_candidate(c: Candidate, model_config: dict, steps: int = 6, timeout: flo
     locked = optional_file_lock(lock)
     with locked:
         results = run_ranks(train_rank, nproc=c.world, args=(run.__dict__, dict(model_config)), timeout=timeout,
-                            log_dir=log_dir, env=env)
+                            log_dir=log_dir, env=env, teardown="warn")
     elapsed = [json.loads(line)["elapsed"] for line in progress.read_text().splitlines() if line.strip()]
     diffs = step_times(elapsed)
     return {"measured_step_s": statistics.median(diffs), "measured_peak_bytes": max(r["peak_memory"] for r in results),

@@ -117,7 +117,8 @@ def _abs_sys_path() -> list[str]:
 
 def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | None = None,
               timeout: float = 120.0, log_dir: str | os.PathLike | None = None,
-              env: dict | None = None, keep_logs: bool = False, exit_timeout: float = 60.0) -> list[Any]:
+              env: dict | None = None, keep_logs: bool = False, exit_timeout: float = 60.0,
+              teardown: str = "raise") -> list[Any]:
     """Run ``fn(*args, **kwargs)`` on ``nproc`` CPU ranks; return each rank's result, by rank.
 
     Raises :class:`HarnessError` if any rank raises, exits without a result, or the run takes
@@ -126,7 +127,11 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
     log tail. ``log_dir`` defaults to a fresh temporary directory (removed on success unless
     ``keep_logs``); pass one to keep the ``workerlog.N`` files. The harness adds no set-up:
     ``fn`` calls ``dist.init_parallel_env()`` and ``paddle_ext.install()`` itself if it needs them.
+    ``teardown="warn"`` (for measurements: a profile, a plan's run) returns the results when every
+    rank returned and only its exit failed, with one warning line on stderr naming the rank.
     """
+    if teardown not in ("raise", "warn"):
+        raise HarnessError(f"teardown must be 'raise' or 'warn', got {teardown!r}")
     if nproc < 1:
         raise HarnessError(f"nproc must be >= 1, got {nproc}")
     module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
@@ -216,6 +221,10 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
         # every rank returned and only teardown went wrong: the values stay readable
         if all_returned:
             err.results = [_read(results_dir, r)[1] for r in range(nproc)]
+            if teardown == "warn":   # a measurement: its values stand, the crash is said
+                head = str(err).splitlines()[0]
+                print(f"paddle-ext: warning: every rank returned its result, then: {head}", file=sys.stderr)
+                return err.results
         raise err
     results = [_read(results_dir, r)[1] for r in range(nproc)]
     if not log_dir and not keep_logs:
