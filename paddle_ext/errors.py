@@ -40,7 +40,7 @@ class HarnessError(PaddleExtError, RuntimeError):
     every rank's returned value when all of them returned and only their exit went wrong (a
     crash or hang in interpreter teardown), else None."""
 
-    failures: list = []
+    failures: tuple = ()
     results = None
 
 

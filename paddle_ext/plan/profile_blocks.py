@@ -21,9 +21,9 @@ import time
 
 import paddle
 import paddle.distributed as dist
-from paddle.distributed import fleet
 
 from ..testing import real_models as rm
+from .trace_paddlenlp import auto_mesh
 
 # PaddleNLP 3.0.0b4's QWen auto model has no sequence parallelism (it never reads the config's
 # flag): its "sp" plans run the plain layer, timed once for both
@@ -77,21 +77,17 @@ def measure_block_extra(model: str, repeats: int = 15) -> dict:
     world = dist.get_world_size()
     auto_cls, dense_cls = _classes(model)
     rm._casual_mask_switch()
+    dense = dense_cls(rm.config(model))
     out = {}
-    before = dist.auto_parallel.get_mesh()
-    try:
-        for g in [g for g in range(1, world + 1) if world % g == 0]:
-            for sp in ((False, True) if g > 1 and SEQUENCE_PARALLEL[model] else (False,)):
-                fleet.auto.create_mesh([("pp", 1), ("dp", world // g), ("mp", g)])
-                cfg = rm.config(model, mp=g, sp=sp)
-                paddle.seed(0)
+    for g in [g for g in range(1, world + 1) if world % g == 0]:
+        for sp in ((False, True) if g > 1 and SEQUENCE_PARALLEL[model] else (False,)):
+            cfg = rm.config(model, mp=g, sp=sp)
+            paddle.seed(0)
+            with auto_mesh(world // g, g) as global_mesh:
                 with paddle.LazyGuard():
                     layer = auto_cls(cfg, ipp=0)
-                for p in layer.parameters():
-                    if not p._is_initialized():
-                        p.initialize()
-                dense = dense_cls(rm.config(model))
-                mesh = fleet.auto.get_mesh().get_mesh_with_dim("pp")[0]
+                rm.initialize_lazy(layer)
+                mesh = global_mesh.get_mesh_with_dim("pp")[0]
                 for b in SAMPLES:
                     x = paddle.rand([b, cfg.seq_length, cfg.hidden_size])
                     x.stop_gradient = False
@@ -104,15 +100,13 @@ def measure_block_extra(model: str, repeats: int = 15) -> dict:
                         whole = paddle.concat([x] * world)
                         xd = dist.shard_tensor(whole, mesh, [dist.Shard(0), dist.Replicate()])
                     t = timed_in_turns([lambda: _first(dense(x)), lambda: _first(dense(x)).sum().backward(),
-                                      lambda: _first(layer(xd)), lambda: _first(layer(xd)).sum().backward()],
-                                     repeats)
+                                        lambda: _first(layer(xd)), lambda: _first(layer(xd)).sum().backward()],
+                                       repeats)
                     fwd_extra = max(t[2] - t[0], 0.0)
                     bwd_extra = max((t[3] - t[2]) - (t[1] - t[0]), 0.0)
                     out[block_key(g, sp, b)] = {"fwd_s": fwd_extra, "bwd_s": bwd_extra}
                     if g > 1 and not SEQUENCE_PARALLEL[model]:
                         out[block_key(g, True, b)] = dict(out[block_key(g, False, b)])
-    finally:
-        dist.auto_parallel.set_mesh(before)
     return out
 
 

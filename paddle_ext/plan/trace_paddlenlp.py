@@ -13,6 +13,8 @@ embedding) where the family formula wrote 20.
 """
 from __future__ import annotations
 
+import contextlib
+
 import paddle
 import paddle.distributed as dist
 from paddle.distributed import fleet
@@ -32,19 +34,23 @@ def _role(placements, ndim: int) -> str:
     return "none"
 
 
+@contextlib.contextmanager
+def auto_mesh(dp: int, mp: int):
+    """PaddleNLP's global auto mesh ``[pp 1, dp, mp]`` for the ``with`` block (its auto classes
+    read it when built); the mesh before it is restored after."""
+    before = dist.auto_parallel.get_mesh()
+    try:
+        yield fleet.auto.create_mesh([("pp", 1), ("dp", dp), ("mp", mp)])
+    finally:
+        dist.auto_parallel.set_mesh(before)
+
+
 def auto_roles(model: str) -> dict:
     """``{parameter name: "column" | "row" | "none"}`` from PaddleNLP's auto class of ``model``
     (``gpt``, ``qwen``) built on one process at ``mp = 2``; the global auto mesh is restored."""
-    before = dist.auto_parallel.get_mesh()
-    try:
-        fleet.auto.create_mesh([("pp", 1), ("dp", 1), ("mp", 2)])
-        cls, _ = rm.classes(model, auto=True)
-        with paddle.LazyGuard():
-            net = cls(rm.config(model, mp=2))
-        return {n: _role(p.placements, len(p.shape)) if p.is_dist() else "none"
-                for n, p in net.named_parameters()}
-    finally:
-        dist.auto_parallel.set_mesh(before)
+    with auto_mesh(1, 2), paddle.LazyGuard():
+        net = rm.classes(model, auto=True)[0](rm.config(model, mp=2))
+    return {n: _role(p.placements, len(p.shape)) if p.is_dist() else "none" for n, p in net.named_parameters()}
 
 
 def _parts(model: str, net):
@@ -129,4 +135,4 @@ def trace_paddlenlp(name: str) -> ModelDesc:
     return ModelDesc(name, tuple(layers), hidden, heads, ffn, seq, cfg.vocab_size, 4, "traced", config)
 
 
-__all__ = ["MODELS", "auto_roles", "config_values", "trace_paddlenlp"]
+__all__ = ["MODELS", "auto_mesh", "auto_roles", "config_values", "trace_paddlenlp"]

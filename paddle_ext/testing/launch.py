@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -127,8 +128,9 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
     log tail. ``log_dir`` defaults to a fresh temporary directory (removed on success unless
     ``keep_logs``); pass one to keep the ``workerlog.N`` files. The harness adds no set-up:
     ``fn`` calls ``dist.init_parallel_env()`` and ``paddle_ext.install()`` itself if it needs them.
-    ``teardown="warn"`` (for measurements: a profile, a plan's run) returns the results when every
-    rank returned and only its exit failed, with one warning line on stderr naming the rank.
+    ``teardown="warn"`` (a measurement: a profile, a plan's run; a baseline run of Paddle alone)
+    returns the results when every rank returned and only its exit failed, with a
+    ``RuntimeWarning`` naming the rank.
     """
     if teardown not in ("raise", "warn"):
         raise HarnessError(f"teardown must be 'raise' or 'warn', got {teardown!r}")
@@ -221,9 +223,10 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
         # every rank returned and only teardown went wrong: the values stay readable
         if all_returned:
             err.results = [_read(results_dir, r)[1] for r in range(nproc)]
-            if teardown == "warn":   # a measurement: its values stand, the crash is said
+            if teardown == "warn":   # its values stand, the crash is said
                 head = str(err).splitlines()[0]
-                print(f"paddle-ext: warning: every rank returned its result, then: {head}", file=sys.stderr)
+                warnings.warn(f"paddle-ext: every rank returned its result, then: {head}", RuntimeWarning,
+                              stacklevel=2)
                 return err.results
         raise err
     results = [_read(results_dir, r)[1] for r in range(nproc)]

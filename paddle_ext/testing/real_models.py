@@ -132,6 +132,13 @@ def classes(model: str, auto: bool):
     raise ValueError(f"unknown model {model!r}; known: {MODELS}")
 
 
+def initialize_lazy(net) -> None:
+    """Value every parameter built under ``paddle.LazyGuard`` (AutoTrainer's lazy initialisation)."""
+    for p in net.parameters():
+        if not p._is_initialized() and p._init_func is not None:
+            p.initialize()
+
+
 def rope_shim(net) -> int:
     """Work around a PaddleNLP 3.0.0b4 bug, in our code: ``DeepseekV2AttentionAuto.forward``
     indexes its rotary cache as ``cos[None, :, None, :]``, but ``DeepseekV2RotaryEmbedding``
@@ -373,9 +380,7 @@ def train_layout(model: str, layout: tuple, mode: str, exec_mode: str, steps: in
         net = cls(cfg)
         criterion = crit_cls(cfg) if crit_cls else None
     rope_shim(net)
-    for p in net.parameters():  # AutoTrainer's lazy initialisation
-        if not p._is_initialized() and p._init_func is not None:
-            p.initialize()
+    initialize_lazy(net)
     written = set_weights(net)
     opt = paddle.optimizer.AdamW(learning_rate=LR, parameters=net.parameters())
     stage = {1: dist.ShardingStage1, 2: dist.ShardingStage2, 3: dist.ShardingStage3}.get(zero)
