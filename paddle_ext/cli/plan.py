@@ -72,17 +72,18 @@ def _runner(args, model):
         from ..plan import runner
 
         return (lambda c: runner.runnable(c, len(model.layers)),
-                lambda c: runner.run_candidate(c, model.config, steps=args.steps, timeout=args.timeout,
-                                               lock=args.lock))
+                lambda c, steps: runner.run_candidate(c, model.config, steps=steps, timeout=args.timeout,
+                                                      lock=args.lock))
     from ..plan import real_model_runner as nlp
 
     return (lambda c: nlp.runnable(c, model.config["n_layers"]),
-            lambda c: nlp.run_candidate(c, args.model, steps=args.steps, timeout=args.timeout, lock=args.lock))
+            lambda c, steps: nlp.run_candidate(c, args.model, steps=steps, timeout=args.timeout, lock=args.lock))
 
 
 def _run_plans(args, model, result, doc: dict) -> None:
     from ..errors import HarnessError
     from ..plan.accuracy import summary
+    from ..plan.runner import steps_for
     from ..plan.search import to_json
 
     runnable, run_candidate = _runner(args, model)
@@ -96,15 +97,17 @@ def _run_plans(args, model, result, doc: dict) -> None:
     chosen_names = {e["name"] for e in chosen}
     chosen = [e for e in doc["plans"] if e["name"] in chosen_names]
     passes: dict = {e["name"]: [] for e in chosen}
+    for entry in chosen:
+        entry["steps"] = args.steps or steps_for(entry["predicted_step_s"])
     for rep in range(args.repeat):
         # every other pass in reverse order: a slow spell of the machine does not fall on one plan
         for n, entry in enumerate(chosen if rep % 2 == 0 else chosen[::-1], 1):
             if "run_error" in entry:
                 continue
-            print(f"paddle-ext plan: pass {rep + 1}/{args.repeat}, running {n}/{len(chosen)}: {entry['name']}",
-                  file=sys.stderr)
+            print(f"paddle-ext plan: pass {rep + 1}/{args.repeat}, running {n}/{len(chosen)}: {entry['name']} "
+                  f"({entry['steps']} steps)", file=sys.stderr)
             try:
-                passes[entry["name"]].append(run_candidate(by_name[entry["name"]]))
+                passes[entry["name"]].append(run_candidate(by_name[entry["name"]], entry["steps"]))
             except HarnessError as exc:  # one failing plan is a finding, not the end of the comparison
                 entry["run_error"] = str(exc).splitlines()[0]
                 print(f"paddle-ext plan: {entry['name']} failed: {entry['run_error']}", file=sys.stderr)
@@ -150,7 +153,7 @@ def run(args) -> int:
 
     for flag, value, least, why in (("--repeat", args.repeat, 1, "passes over the run plans"),
                                     ("--steps", args.steps, WARMUP + 1, f"{WARMUP} warm-up steps and one timed")):
-        if args.run and value < least:
+        if args.run and value is not None and value < least:
             from ..errors import PaddleExtError
 
             raise PaddleExtError(f"{flag} {value}: with --run it must be at least {least} ({why})")
@@ -208,9 +211,10 @@ def register(subparsers) -> None:
                              "path for paddlenlp-*)")
     parser.add_argument("--pick", choices=("best", "spread"), default="best",
                         help="with --run: the K best plans (default) or K spread evenly over the ranking")
-    parser.add_argument("--steps", type=int, default=32,
-                        help="training steps per run plan (default 32: a pass's step is the median of steps 3-32; "
-                             "a launch costs more than its steps, and the median of 14 moved by +-10%%)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="training steps per run plan (default: enough for about 8 s of timed steps at the plan's "
+                             "predicted step, 32-512; a pass's step is the median after 2 warm-up steps; on a busy "
+                             "machine a 30-step median moves by +-10%% within one run)")
     parser.add_argument("--repeat", type=int, default=3,
                         help="passes over the run plans, every other one in reverse order (default 3); a plan's "
                              "measured step is its fastest pass's, its peak memory the largest")

@@ -17,6 +17,17 @@ from ..compat.cpp_build import optional_file_lock
 from .candidates import Candidate
 
 WARMUP = 2
+TIMED_S = 8.0
+MIN_STEPS, MAX_STEPS = 32, 512
+
+
+def steps_for(predicted_step_s: float, timed_s: float = TIMED_S) -> int:
+    """Steps for about ``timed_s`` seconds of timed steps at ``predicted_step_s``, plus the warm-up,
+    within ``MIN_STEPS``..``MAX_STEPS``."""
+    import math
+
+    wanted = WARMUP + math.ceil(timed_s / max(predicted_step_s, 1e-9))
+    return max(MIN_STEPS, min(MAX_STEPS, wanted))
 
 
 def runnable(c: Candidate, n_layers: int) -> str:
@@ -62,4 +73,4 @@ def _cpu_rank_env() -> dict:
     return {"PADDLE_DISTRI_BACKEND": "gloo", "CUDA_VISIBLE_DEVICES": ""} if paddle.is_compiled_with_cuda() else {}
 
 
-__all__ = ["runnable", "run_candidate", "step_times"]
+__all__ = ["MAX_STEPS", "MIN_STEPS", "TIMED_S", "runnable", "run_candidate", "step_times", "steps_for"]
