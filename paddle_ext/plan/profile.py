@@ -233,31 +233,31 @@ def build_profile(gemms, nproc: int, model_config: dict, timeout: float = 600.0,
     return data
 
 
-def _fastest_steps(plans: list, cfg: dict, timeout: float, runs: int = 3, steps: int = 128) -> list:
-    """Each plan's fastest of ``runs`` measured step times on the demo's runner, the plans run in
-    turn ``runs`` times over (a slow spell of the machine then falls on no one plan alone). Two
-    16-step runs gave ``action_s`` 1.8-4.2 ms and ``split_extra_s`` -4.2 to +5.9 ms in four
-    profiles of one hour, three of 32 steps 1.8-2.0 ms and 5.9-6.4 ms in two; a 30-step median
-    moves by +-10% within one run (``runner.steps_for``), so 128 steps a run."""
-    best: list = [None] * len(plans)
+def _median_steps(plans: list, cfg: dict, timeout: float, runs: int = 3, steps: int = 128) -> list:
+    """Each plan's median of ``runs`` measured step times on the demo's runner, the plans run in
+    turn ``runs`` times over (a slow or a fast spell of the machine then falls on no one plan
+    alone), as ``plan --run`` measures. Two 16-step runs gave ``action_s`` 1.8-4.2 ms and
+    ``split_extra_s`` -4.2 to +5.9 ms in four profiles of one hour, the fastest of three 32-step
+    runs 1.8-2.0 ms and 5.9-6.4 ms in two; a 30-step median moves by +-10% within one run
+    (``runner.steps_for``), so 128 steps a run."""
+    times: list = [[] for _ in plans]
     for _ in range(runs):
         for i, c in enumerate(plans):
-            t = run_candidate(c, cfg, steps=steps, timeout=timeout)["measured_step_s"]
-            best[i] = t if best[i] is None else min(best[i], t)
-    return best
+            times[i].append(run_candidate(c, cfg, steps=steps, timeout=timeout)["measured_step_s"])
+    return [statistics.median(t) for t in times]
 
 
 def measure_pipeline_action(data: dict, model_config: dict, timeout: float) -> float:
     """Seconds a pipeline runtime adds per action (F, or a backward as two halves I + W) beyond
     its compute: the demo's ``pp2`` plan with 1F1B at 1 and at 8 microbatches on 2 ranks, each
-    the fastest of three 128-step runs, alternated. 1F1B on 2 stages takes ``(m + 1)`` slots of one
+    the median of three 128-step runs, alternated. 1F1B on 2 stages takes ``(m + 1)`` slots of one
     stage's ``F + B + 2 action`` plus what does not depend on ``m`` (optimizer, loss sync), so
     ``t8 - t1 = 9 (C8 + 2a) - 2 (C1 + 2a)`` with ``C_m`` a microbatch's compute at ``m``
     microbatches from the rest of this profile."""
 
     cfg = dict(model_config)
     model = gpt_family(cfg["d_model"], cfg["n_heads"], cfg["d_ff"], cfg["seq_len"], cfg["vocab"], cfg["n_layers"])
-    steps = dict(zip((1, 8), _fastest_steps([Candidate(pp=2, schedule="1F1B", microbatches=m, batch=8)
+    steps = dict(zip((1, 8), _median_steps([Candidate(pp=2, schedule="1F1B", microbatches=m, batch=8)
                                                for m in (1, 8)], cfg, timeout)))
     profile = Profile.from_json(data)
     compute = {m: max(st.total for st in stage_costs(model, Candidate(pp=2, schedule="1F1B", microbatches=m, batch=8),
@@ -269,14 +269,14 @@ def measure_pipeline_action(data: dict, model_config: dict, timeout: float) -> f
 def measure_split_backward(data: dict, model_config: dict, timeout: float) -> float:
     """Seconds a split backward (I then W) costs beyond its compute and two runtime actions: the
     demo's ``pp2`` plan with ZBH1 at 4 microbatches on 2 ranks, and the cost per W that makes this
-    profile's prediction of that plan equal its measured step (the fastest of three 128-step runs;
+    profile's prediction of that plan equal its measured step (the median of three 128-step runs;
     bisection). Positive where the backward's two halves each walk the autograd graph; negative,
     down to ``-action_s``, where a W costs less than an F or a B action (it sends nothing)."""
 
     cfg = dict(model_config)
     model = gpt_family(cfg["d_model"], cfg["n_heads"], cfg["d_ff"], cfg["seq_len"], cfg["vocab"], cfg["n_layers"])
     c = Candidate(pp=2, schedule="ZBH1", microbatches=4, batch=8)
-    measured = _fastest_steps([c], cfg, timeout)[0]
+    measured = _median_steps([c], cfg, timeout)[0]
 
     def predicted(extra: float) -> float:
         trial = {**data, "pipeline": {**data["pipeline"], "split_extra_s": extra}}

@@ -1,7 +1,7 @@
-"""How many steps ``paddle-ext plan --run`` gives each plan: about ``TIMED_S`` seconds of timed
-steps at the plan's predicted step (so a fast plan is not judged on a shorter look at a noisy
-machine than a slow one), or exactly ``--steps`` when given. The runner is replaced by one that
-records what it was asked, so this needs no ranks."""
+"""How ``paddle-ext plan --run`` measures each plan: about ``TIMED_S`` seconds of timed steps at
+the plan's predicted step (so a fast plan is not judged on a shorter look at a noisy machine than
+a slow one), or exactly ``--steps`` when given; its figure is its median pass's. The runner is
+replaced by one that records what it was asked, so this needs no ranks."""
 import json
 
 import pytest
@@ -28,21 +28,26 @@ def test_steps_for_covers_the_timed_seconds_within_bounds():
     assert steps_for(0.02) > steps_for(0.1)          # the faster plan runs more steps
 
 
-def _run(tmp_path, monkeypatch, *extra):
+def _run(tmp_path, monkeypatch, *extra, per_pass=(0.05,)):
+    """``plan --run 3`` (2 passes unless ``extra`` says) with a runner whose n-th run of a plan
+    measures ``per_pass[n]`` seconds a step and peaks at 400 MiB + n MiB."""
     asked = []
 
     def fake_runner(args, model):
         def run(c, steps):
+            n = sum(1 for name, _ in asked if name == c.name) % len(per_pass)
             asked.append((c.name, steps))
-            times = [0.05] * (steps - WARMUP)
-            return {"measured_step_s": 0.05, "measured_peak_bytes": 400 * 2 ** 20, "step_times": times, "losses": []}
+            times = [per_pass[n]] * (steps - WARMUP)
+            return {"measured_step_s": per_pass[n], "measured_peak_bytes": (400 + n) * 2 ** 20, "step_times": times,
+                    "losses": [float(n)]}
         return (lambda c: ""), run
 
     monkeypatch.setattr(plan_cli, "_runner", fake_runner)
     profile = tmp_path / "profile.json"
     profile.write_text(json.dumps(PROFILE))
     out = tmp_path / "out"
-    assert main(["plan", "--model", "demo", "--nproc", "2", "--profile", str(profile), "--run", "3", "--repeat", "2",
+    repeat = [] if "--repeat" in extra else ["--repeat", "2"]
+    assert main(["plan", "--model", "demo", "--nproc", "2", "--profile", str(profile), "--run", "3", *repeat,
                  "--json", "--out", str(out), *extra]) == 0
     doc = json.loads((out / "plan.json").read_text())
     return asked, [p for p in doc["plans"] if p["measured_step_s"] is not None]
@@ -60,3 +65,15 @@ def test_each_plan_gets_steps_for_its_predicted_step(tmp_path, monkeypatch, caps
 def test_steps_given_are_the_steps_run(tmp_path, monkeypatch, capsys, steps):
     asked, run = _run(tmp_path, monkeypatch, "--steps", steps)
     assert {s for _, s in asked} == {int(steps)} and all(p["steps"] == int(steps) for p in run)
+
+
+def test_a_plans_figure_is_its_median_pass(tmp_path, monkeypatch, capsys):
+    """Three passes at 50, 90 and 60 ms: 60 ms and that pass's own steps and losses, not the
+    fastest pass (a fast spell of the machine favours whichever plan it meets); the peak memory
+    is the largest of all passes."""
+    asked, run = _run(tmp_path, monkeypatch, "--repeat", "3", per_pass=(0.05, 0.09, 0.06))
+    assert len(asked) == 9
+    for p in run:
+        assert p["measured_step_s_passes"] == [0.05, 0.09, 0.06]
+        assert p["measured_step_s"] == 0.06 and set(p["step_times"]) == {0.06} and p["losses"] == [2.0]
+        assert p["measured_peak_bytes"] == 402 * 2 ** 20
