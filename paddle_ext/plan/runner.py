@@ -9,6 +9,7 @@ peak the runner reports (``ru_maxrss`` on CPU, the allocator's peak on GPU).
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import tempfile
 from pathlib import Path
@@ -24,8 +25,6 @@ MIN_STEPS, MAX_STEPS = 32, 512
 def steps_for(predicted_step_s: float, timed_s: float = TIMED_S) -> int:
     """Steps for about ``timed_s`` seconds of timed steps at ``predicted_step_s``, plus the warm-up,
     within ``MIN_STEPS``..``MAX_STEPS``."""
-    import math
-
     wanted = WARMUP + math.ceil(timed_s / max(predicted_step_s, 1e-9))
     return max(MIN_STEPS, min(MAX_STEPS, wanted))
 
