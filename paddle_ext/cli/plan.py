@@ -17,6 +17,7 @@ from ..compat.cpp_build import optional_file_lock
 from .profile import add_model_arguments
 
 DEFAULT_TOP = 10
+STEAL_WARN = 0.05   # a pass during which the host took more than this share of the CPU time is worth a note
 
 
 def _fmt_s(s) -> str:
@@ -121,8 +122,11 @@ def _run_plans(args, model, result, doc: dict) -> None:
         entry.update(sorted(runs, key=lambda r: r["measured_step_s"])[(len(runs) - 1) // 2])
         entry["measured_peak_bytes"] = max(r["measured_peak_bytes"] for r in runs)
         entry["measured_step_s_passes"] = [r["measured_step_s"] for r in runs]
+        entry["measured_steal_passes"] = [r.get("steal_fraction") for r in runs]
     doc["run"] = summary(doc["plans"])
     doc["run"]["load_average"] = list(os.getloadavg())
+    stolen = [s for e in chosen for s in e.get("measured_steal_passes", []) if s is not None]
+    doc["run"]["max_steal_fraction"] = max(stolen) if stolen else None
     doc["run"]["picked"] = args.pick
     not_run = {name: why for name, why in skipped.items() if why}
     if not_run:
@@ -194,6 +198,10 @@ def run(args) -> int:
               f"{'n/a' if rho is None else f'{rho:.2f}'}; fastest predicted {r.get('fastest_predicted')} measures "
               f"{r.get('fastest_predicted_vs_fastest_measured', 0):+.0%} vs the fastest measured "
               f"{r.get('fastest_measured')}; largest memory error {r.get('max_abs_memory_error', 0):.0%}")
+        if (r.get("max_steal_fraction") or 0) > STEAL_WARN:
+            print(f"note: the host took up to {r['max_steal_fraction']:.0%} of this machine's CPU time during a pass "
+                  f"(steal, measured_steal_passes in the JSON): step times of such passes say more about the host "
+                  f"than about the plan; run again when it is quieter")
     print(f"\nfull result in {out}/plan.json")
     return 0
 

@@ -22,6 +22,7 @@ from ..testing import run_ranks
 from ..testing.real_models import OUTSIDE_STATIC_MODE, train_layout
 from .candidates import Candidate
 from ..compat.cpp_build import optional_file_lock
+from .host_steal import steal_meter
 from .runner import _cpu_rank_env, step_times
 
 # schedules that, at one microbatch on one chunk, are "every forward, then every backward"
@@ -54,8 +55,9 @@ def layout(c: Candidate) -> tuple:
 def run_candidate(c: Candidate, model_name: str, steps: int = 16, timeout: float = 600.0, lock: str | None = None,
                   log_dir=None) -> dict:
     """Run plan ``c`` on PaddleNLP's ``model_name``; ``{"measured_step_s", "measured_peak_bytes",
-    "step_times", "losses"}``."""
-    with optional_file_lock(lock):
+    "step_times", "losses", "steal_fraction"}``."""
+    stolen: dict = {}
+    with optional_file_lock(lock), steal_meter(stolen):
         results = run_ranks(train_layout, nproc=c.world,
                             args=(model_key(model_name), layout(c), OUTSIDE_STATIC_MODE, "dygraph", steps, c.batch),
                             timeout=timeout, log_dir=log_dir, env=_cpu_rank_env(), teardown="warn")
@@ -63,7 +65,7 @@ def run_candidate(c: Candidate, model_name: str, steps: int = 16, timeout: float
     diffs = step_times([e - ends[0] for e in ends])
     losses = next((r["losses"] for r in results if r.get("losses")), None)
     return {"measured_step_s": statistics.median(diffs), "measured_peak_bytes": max(r["peak_memory"] for r in results),
-            "step_times": diffs, "losses": losses}
+            "step_times": diffs, "losses": losses, **stolen}
 
 
 __all__ = ["F_THEN_B", "layout", "model_key", "runnable", "run_candidate"]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..compat.cpp_build import optional_file_lock
 from .candidates import Candidate
+from .host_steal import steal_meter
 
 WARMUP = 2
 TIMED_S = 8.0
@@ -40,7 +41,8 @@ def runnable(c: Candidate, n_layers: int) -> str:
 
 def run_candidate(c: Candidate, model_config: dict, steps: int = 6, timeout: float = 600.0, lock: str | None = None,
                   log_dir=None) -> dict:
-    """Run plan ``c``; ``{"measured_step_s", "measured_peak_bytes", "step_times"}``."""
+    """Run plan ``c``; ``{"measured_step_s", "measured_peak_bytes", "step_times", "losses",
+    "steal_fraction"}`` (the share of CPU time the host took meanwhile, :mod:`.host_steal`)."""
     from ..demo.train import RunConfig, train_rank
     from ..testing import run_ranks
 
@@ -49,14 +51,14 @@ def run_candidate(c: Candidate, model_config: dict, steps: int = 6, timeout: flo
     run = RunConfig(plan=c.plan, schedule=c.schedule or "1F1B", steps=steps, batch=c.batch,
                     microbatches=c.microbatches, progress_file=str(progress))
     env = _cpu_rank_env()
-    locked = optional_file_lock(lock)
-    with locked:
+    stolen: dict = {}
+    with optional_file_lock(lock), steal_meter(stolen):
         results = run_ranks(train_rank, nproc=c.world, args=(run.__dict__, dict(model_config)), timeout=timeout,
                             log_dir=log_dir, env=env, teardown="warn")
     elapsed = [json.loads(line)["elapsed"] for line in progress.read_text().splitlines() if line.strip()]
     diffs = step_times(elapsed)
     return {"measured_step_s": statistics.median(diffs), "measured_peak_bytes": max(r["peak_memory"] for r in results),
-            "step_times": diffs, "losses": results[0]["losses"]}
+            "step_times": diffs, "losses": results[0]["losses"], **stolen}
 
 
 def step_times(ends: list) -> list:

@@ -77,3 +77,4 @@ def test_a_plans_figure_is_its_median_pass(tmp_path, monkeypatch, capsys):
         assert p["measured_step_s_passes"] == [0.05, 0.09, 0.06]
         assert p["measured_step_s"] == 0.06 and set(p["step_times"]) == {0.06} and p["losses"] == [2.0]
         assert p["measured_peak_bytes"] == 402 * 2 ** 20
+        assert p["measured_steal_passes"] == [None, None, None]   # the fake runner measured no steal
