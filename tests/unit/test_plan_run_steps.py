@@ -28,9 +28,10 @@ def test_steps_for_covers_the_timed_seconds_within_bounds():
     assert steps_for(0.02) > steps_for(0.1)          # the faster plan runs more steps
 
 
-def _run(tmp_path, monkeypatch, *extra, per_pass=(0.05,)):
+def _run(tmp_path, monkeypatch, *extra, per_pass=(0.05,), steal=None):
     """``plan --run 3`` (2 passes unless ``extra`` says) with a runner whose n-th run of a plan
-    measures ``per_pass[n]`` seconds a step and peaks at 400 MiB + n MiB."""
+    measures ``per_pass[n]`` seconds a step, peaks at 400 MiB + n MiB and, given ``steal``, says
+    the host took ``steal[n]`` of the CPU time meanwhile."""
     asked = []
 
     def fake_runner(args, model):
@@ -38,8 +39,11 @@ def _run(tmp_path, monkeypatch, *extra, per_pass=(0.05,)):
             n = sum(1 for name, _ in asked if name == c.name) % len(per_pass)
             asked.append((c.name, steps))
             times = [per_pass[n]] * (steps - WARMUP)
-            return {"measured_step_s": per_pass[n], "measured_peak_bytes": (400 + n) * 2 ** 20, "step_times": times,
-                    "losses": [float(n)]}
+            result = {"measured_step_s": per_pass[n], "measured_peak_bytes": (400 + n) * 2 ** 20,
+                      "step_times": times, "losses": [float(n)]}
+            if steal is not None:
+                result["steal_fraction"] = steal[n]
+            return result
         return (lambda c: ""), run
 
     monkeypatch.setattr(plan_cli, "_runner", fake_runner)
@@ -78,3 +82,24 @@ def test_a_plans_figure_is_its_median_pass(tmp_path, monkeypatch, capsys):
         assert p["measured_step_s"] == 0.06 and set(p["step_times"]) == {0.06} and p["losses"] == [2.0]
         assert p["measured_peak_bytes"] == 402 * 2 ** 20
         assert p["measured_steal_passes"] == [None, None, None]   # the fake runner measured no steal
+
+
+def test_passes_the_host_took_leave_the_median(tmp_path, monkeypatch, capsys):
+    """Passes at 50, 90, 60, 130 ms; the second and fourth lost 8% and 20% of the CPU time to the
+    host: the figure is the median of the other two (50 ms, the lower middle), and the command says
+    so; the peak memory still counts every pass."""
+    asked, run = _run(tmp_path, monkeypatch, "--repeat", "4", per_pass=(0.05, 0.09, 0.06, 0.13),
+                      steal=(0.001, 0.08, 0.0, 0.2))
+    for p in run:
+        assert p["measured_passes_used"] == [0, 2]
+        assert p["measured_step_s"] == 0.05 and p["losses"] == [0.0]
+        assert p["measured_peak_bytes"] == 403 * 2 ** 20
+        assert p["measured_steal_passes"] == [0.001, 0.08, 0.0, 0.2]
+
+
+def test_when_every_pass_was_stolen_all_of_them_count(tmp_path, monkeypatch, capsys):
+    """No pass is left out when none is clean: a figure from a noisy host, with the note, beats none."""
+    asked, run = _run(tmp_path, monkeypatch, "--repeat", "3", per_pass=(0.05, 0.09, 0.06),
+                      steal=(0.1, 0.2, 0.3))
+    for p in run:
+        assert p["measured_passes_used"] == [0, 1, 2] and p["measured_step_s"] == 0.06
