@@ -9,9 +9,10 @@
   runs), each collective kind per group size as ``dist.reshard`` runs it on a ``[N/g, g]`` mesh
   (all ranks busy at once, as in a plan), point-to-point send/recv, one AdamW step over
   distributed parameters, and the rank's memory after all that (the process base);
-* the pipeline runtime's cost per action beyond compute: the demo's ``pp2`` plan at 1 and at 8
-  microbatches on 2 ranks (:func:`measure_pipeline_action`), and what a split backward costs
-  beyond its two actions: ``pp2`` with ZBH1 at 4 microbatches (:func:`measure_split_backward`).
+* the pipeline runtime's cost per action beyond compute: the demo's ``ppD`` plan at 1 and at 8
+  microbatches on D ranks, D = 2, 4, ... up to ``nproc`` (:func:`measure_pipeline_action`), and
+  what a split backward costs beyond its two actions: ``pp2`` with ZBH1 at 4 microbatches
+  (:func:`measure_split_backward`).
 
 Each collective is timed at three sizes and fitted against the reshard planner's bytes for that
 transition, so ``alpha + s_per_byte * planner bytes`` is what the step model reads back.
@@ -228,7 +229,7 @@ def build_profile(gemms, nproc: int, model_config: dict, timeout: float = 600.0,
         data["blocks"] = {"model": model, "hidden": model_config["d_model"], "seq": model_config["seq_len"], "extra": {
             key: {part: med(r["blocks"][key][part] for r in ranks) for part in ("fwd_s", "bwd_s")}
             for key in ranks[0]["blocks"]}}
-    data["pipeline"] = {"action_s": measure_pipeline_action(data, model_config, timeout)}
+    data["pipeline"] = measure_pipeline_action(data, model_config, timeout, nproc)
     data["pipeline"]["split_extra_s"] = measure_split_backward(data, model_config, timeout)
     return data
 
@@ -247,23 +248,52 @@ def _median_steps(plans: list, cfg: dict, timeout: float, runs: int = 3, steps: 
     return [statistics.median(t) for t in times]
 
 
-def measure_pipeline_action(data: dict, model_config: dict, timeout: float) -> float:
+def pipeline_degrees(nproc: int) -> tuple:
+    """The pipeline degrees a profile on ``nproc`` ranks times its action cost at: 2, 4, 8, ...
+    up to ``nproc`` (each on that many ranks, all of them stages)."""
+    return tuple(2 ** k for k in range(1, max(nproc, 2).bit_length()) if 2 ** k <= max(nproc, 2))
+
+
+def fit_action_cost(model, profile_data: dict, pp: int, measured: dict) -> float:
+    """The per-action cost ``a`` at which this profile's prediction of 1F1B on ``pp`` ranks alone
+    grows from 1 to 8 microbatches as much as it measured (``measured``: ``{1: s, 8: s}``): a
+    bisection over :func:`predict`, so compute, contention on the host's cores and the schedule's
+    shape are the step model's own; what does not depend on the microbatch count cancels. 0 where
+    the prediction without any action cost already grows as much."""
+    def growth(a: float) -> float:
+        trial = Profile.from_json({**profile_data, "pipeline": {"action_s": a}})
+        step = {m: predict(model, Candidate(pp=pp, schedule="1F1B", microbatches=m, batch=8), trial, pp).step_s
+                for m in (1, 8)}
+        return step[8] - step[1]
+
+    target = measured[8] - measured[1]
+    low, high = 0.0, max(target, 1e-6)
+    if growth(low) >= target:
+        return 0.0
+    while growth(high) < target:
+        high *= 2
+    for _ in range(40):
+        mid = (low + high) / 2
+        low, high = (mid, high) if growth(mid) < target else (low, mid)
+    return low
+
+
+def measure_pipeline_action(data: dict, model_config: dict, timeout: float, nproc: int = 2) -> dict:
     """Seconds a pipeline runtime adds per action (F, or a backward as two halves I + W) beyond
-    its compute: the demo's ``pp2`` plan with 1F1B at 1 and at 8 microbatches on 2 ranks, each
-    the median of three 128-step runs, alternated. 1F1B on 2 stages takes ``(m + 1)`` slots of one
-    stage's ``F + B + 2 action`` plus what does not depend on ``m`` (optimizer, loss sync), so
-    ``t8 - t1 = 9 (C8 + 2a) - 2 (C1 + 2a)`` with ``C_m`` a microbatch's compute at ``m``
-    microbatches from the rest of this profile."""
+    its compute, per pipeline degree (:func:`pipeline_degrees`): the demo's ``ppD`` plan with 1F1B
+    at 1 and at 8 microbatches on D ranks, each the median of three 128-step runs, alternated, and
+    the cost that makes the prediction grow as much (:func:`fit_action_cost`). The degrees differ:
+    4 ranks on 2 cores measured 3.0 ms an action where 2 ranks measured 1.9-2.0 ms (docs/plan.md).
+    Returns ``{"action_s": at degree 2, "action_s_by_degree": {"2": s, "4": s, ...}}``."""
 
     cfg = dict(model_config)
     model = gpt_family(cfg["d_model"], cfg["n_heads"], cfg["d_ff"], cfg["seq_len"], cfg["vocab"], cfg["n_layers"])
-    steps = dict(zip((1, 8), _median_steps([Candidate(pp=2, schedule="1F1B", microbatches=m, batch=8)
-                                               for m in (1, 8)], cfg, timeout)))
-    profile = Profile.from_json(data)
-    compute = {m: max(st.total for st in stage_costs(model, Candidate(pp=2, schedule="1F1B", microbatches=m, batch=8),
-                                                      profile, None))
-               for m in (1, 8)}
-    return max((steps[8] - steps[1]) - 9 * compute[8] + 2 * compute[1], 0.0) / 14
+    by_degree = {}
+    for pp in pipeline_degrees(nproc):
+        plans = [Candidate(pp=pp, schedule="1F1B", microbatches=m, batch=8) for m in (1, 8)]
+        measured = dict(zip((1, 8), _median_steps(plans, cfg, timeout)))
+        by_degree[str(pp)] = fit_action_cost(model, data, pp, measured)
+    return {"action_s": by_degree["2"], "action_s_by_degree": by_degree}
 
 
 def measure_split_backward(data: dict, model_config: dict, timeout: float) -> float:
@@ -291,4 +321,5 @@ def measure_split_backward(data: dict, model_config: dict, timeout: float) -> fl
     return low
 
 
-__all__ = ["build_profile", "measure_split_backward", "measure_matmuls", "measure_elementwise", "profile_rank"]
+__all__ = ["build_profile", "fit_action_cost", "measure_elementwise", "measure_matmuls", "measure_pipeline_action",
+           "measure_split_backward", "pipeline_degrees", "profile_rank"]

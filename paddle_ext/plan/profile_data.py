@@ -14,9 +14,11 @@ one by hand for hardware they do not have (``examples/profiles/h100_8x_published
                   reduce_scatter, p2p
 ``inter_node``    the same as ``collectives`` for groups that span nodes (``--nodes`` > 1)
 ``memory``        ``{"process_base_bytes"}``: a rank's memory before the model (runtime, libraries)
-``pipeline``      ``{"action_s", "split_extra_s"}``: what a pipeline runtime adds per action beyond
-                  compute, and per split backward beyond its two actions (each 0 if absent; the
-                  second may be negative, down to ``-action_s``: a W that sends nothing)
+``pipeline``      ``{"action_s", "action_s_by_degree", "split_extra_s"}``: what a pipeline runtime adds
+                  per action beyond compute (``action_s_by_degree``: per pipeline degree, measured
+                  on that many ranks, ``{"2": s, "4": s}``; ``action_s`` where absent), and per
+                  split backward beyond its two actions (each 0 if absent; the last may be
+                  negative, down to the action cost: a W that sends nothing)
 ``blocks``        ``{"model", "hidden", "seq", "extra": {"tp=G,sp=0|1,b=S": {"fwd_s", "bwd_s"}}}``: what one
                   decoder layer of a PaddleNLP model adds under tensor parallelism G (with or
                   without sequence parallelism, S samples) beyond its dense compute, timed on the
@@ -121,14 +123,26 @@ class Profile:
                                f"non-matmul ops (norms, softmax, adds); {MEASURE_HINT}")
         return _line(ew["fwd"], "elementwise.fwd", self.path), _line(ew["bwd"], "elementwise.bwd", self.path)
 
-    def pipeline_action_s(self) -> float:
-        """Seconds a pipeline runtime adds per F (and per backward, split I + W) beyond compute."""
-        return float((self.data.get("pipeline") or {}).get("action_s", 0.0))
+    def pipeline_action_s(self, pp: int = 0) -> float:
+        """Seconds a pipeline runtime adds per F (and per backward, split I + W) beyond compute, in
+        a pipeline of degree ``pp``: ``action_s_by_degree`` at ``pp``, else at the largest measured
+        degree below it, else at the smallest (a degree's value holds where its ranks share the
+        cores alike); ``action_s`` where no degree was measured or ``pp`` is 0."""
+        pipeline = self.data.get("pipeline") or {}
+        try:
+            by_degree = {int(k): float(v) for k, v in (pipeline.get("action_s_by_degree") or {}).items()}
+        except (TypeError, ValueError, AttributeError) as err:
+            raise ProfileError(f"profile {self.path}: pipeline.action_s_by_degree must map a pipeline degree to "
+                               f"seconds, like {{\"2\": 0.002, \"4\": 0.003}} ({err}); {MEASURE_HINT}") from None
+        if pp and by_degree:
+            below = [d for d in by_degree if d <= pp]
+            return by_degree[max(below) if below else min(by_degree)]
+        return float(pipeline.get("action_s", 0.0))
 
-    def pipeline_split_extra_s(self) -> float:
+    def pipeline_split_extra_s(self, pp: int = 0) -> float:
         """Seconds a split backward (I then W) costs beyond its compute and two actions (0 if absent;
         negative, down to ``-action_s``, where a W action costs less than an F or a B)."""
-        return max(float((self.data.get("pipeline") or {}).get("split_extra_s", 0.0)), -self.pipeline_action_s())
+        return max(float((self.data.get("pipeline") or {}).get("split_extra_s", 0.0)), -self.pipeline_action_s(pp))
 
     def block_extra(self, model: str, hidden: int, seq: int, tp: int, sp: bool,
                     samples: int) -> Optional[Tuple[float, float]]:

@@ -17,9 +17,10 @@ Per op of the stage's layers, at the microbatch a plan gives each rank
   ``[b, seq, hidden]`` output forward (after o and down) and two backward (the column inputs'
   gradients); with it two all-gathers and two reduce-scatters forward, the same backward; the
   head gathers the sequence once. Bytes are the reshard planner's for that tensor on a ``tp`` mesh;
-* in a pipeline, the profile's ``pipeline.action_s`` per action: F, the full backward B, and each
-  of a split backward's I and W (so splitting the backward costs one action more), and the
-  profile's ``pipeline.split_extra_s`` on each W (what else a split backward costs here).
+* in a pipeline, the profile's cost per action at the plan's pipeline degree (``pipeline.
+  action_s_by_degree``, else ``action_s``) for each of F, the full backward B, and a split
+  backward's I and W (so splitting the backward costs one action more), and the profile's
+  ``pipeline.split_extra_s`` on each W (what else a split backward costs here).
 
 >>> from .model_desc import gpt_family
 >>> from .candidates import Candidate
@@ -214,7 +215,7 @@ def stage_costs(model: ModelDesc, c: Candidate, profile: Profile, comm: Optional
     out = []
     for index, layers in enumerate(stage_layers(model, c.n_stages)):
         stage_key = ("stage", c.n_stages, index, c.microbatch_samples, c.tp, c.sp, dist, inter, comm is None,
-                     c.pp > 1, contention)
+                     c.pp, contention)
         if stage_key in memo:
             out.append(memo[stage_key])
             continue
@@ -233,8 +234,8 @@ def stage_costs(model: ModelDesc, c: Candidate, profile: Profile, comm: Optional
                 cost.parts[part] = cost.parts.get(part, 0.0) + value
             cost.activation_bytes += one.activation_bytes
             cost.comm_max_bytes = max(cost.comm_max_bytes, one.comm_max_bytes)
-        if c.pp > 1 and (profile.pipeline_action_s() or profile.pipeline_split_extra_s()):
-            a, extra = contention * profile.pipeline_action_s(), contention * profile.pipeline_split_extra_s()
+        if c.pp > 1 and (profile.pipeline_action_s(c.pp) or profile.pipeline_split_extra_s(c.pp)):
+            a, extra = contention * profile.pipeline_action_s(c.pp), contention * profile.pipeline_split_extra_s(c.pp)
             # F and B are one action each; a split backward is two (I and W), each one action,
             # and W carries what splitting costs beyond that (B, the unsplit backward, does not)
             cost.add("pipeline runtime", a, a / 2, a / 2 + extra)

@@ -1,0 +1,91 @@
+"""The pipeline runtime's cost per action, per pipeline degree: which degree's figure a plan reads,
+the closed forms it gives, and the fit that turns two measured steps into that figure.
+
+With compute and communication free and ``a`` seconds an action, 1F1B on ``p`` stages at ``m``
+microbatches runs ``(m + p - 1)`` slots of one stage's F and B, so its step is ``2 a (m + p - 1)``
+(the closed form the two-stage test in test_plan_search checks at ``p = 2``).
+"""
+from __future__ import annotations
+
+import pytest
+
+from paddle_ext.plan.candidates import Candidate
+from paddle_ext.plan.errors import ProfileError
+from paddle_ext.plan.model_desc import gpt_family
+from paddle_ext.plan.predict import predict
+from paddle_ext.plan.profile import fit_action_cost, pipeline_degrees
+from paddle_ext.plan.profile_data import COLLECTIVE_KINDS, Profile
+
+TINY = gpt_family(hidden=4, heads=2, ffn=8, seq=2, vocab=8, layers=8)
+FREE = {"alpha_s": 0.0, "s_per_byte": 0.0}
+
+
+def profile_data(pipeline=None, rate=1e30) -> dict:
+    """Compute at ``rate`` flop/s (free by default), other ops, optimizer and collectives free."""
+    data = {"source": "closed-form test", "matmul": {"rate_flops_per_s": rate},
+            "elementwise": {"fwd": FREE, "bwd": FREE}, "optimizer": {},
+            "collectives": {k: {"any": FREE} for k in COLLECTIVE_KINDS}, "memory": {"process_base_bytes": 0}}
+    if pipeline is not None:
+        data["pipeline"] = pipeline
+    return data
+
+
+def one_f1b(pp: int, m: int) -> Candidate:
+    return Candidate(pp=pp, schedule="1F1B", microbatches=m, batch=8)
+
+
+@pytest.mark.parametrize("pp,m,per_action", [(2, 1, 1.0), (2, 8, 1.0), (4, 1, 3.0), (4, 8, 3.0), (8, 1, 3.0)])
+def test_each_degree_reads_its_own_action_cost(pp, m, per_action):
+    # measured at degrees 2 and 4; degree 8 reads 4's, the largest measured below it
+    prof = Profile.from_json(profile_data({"action_s": 9.0, "action_s_by_degree": {"2": 1.0, "4": 3.0}}))
+    assert predict(TINY, one_f1b(pp, m), prof).step_s == pytest.approx(2 * per_action * (m + pp - 1))
+
+
+def test_without_degrees_every_pipeline_reads_action_s():
+    prof = Profile.from_json(profile_data({"action_s": 2.0}))
+    for pp in (2, 4):
+        assert predict(TINY, one_f1b(pp, 1), prof).step_s == pytest.approx(2 * 2.0 * pp)
+
+
+def test_a_degree_below_every_measured_one_reads_the_smallest():
+    prof = Profile.from_json(profile_data({"action_s_by_degree": {"4": 3.0, "8": 5.0}}))
+    assert prof.pipeline_action_s(2) == 3.0 and prof.pipeline_action_s(6) == 3.0 and prof.pipeline_action_s(16) == 5.0
+
+
+def test_split_extra_is_bounded_by_the_degrees_own_action_cost():
+    prof = Profile.from_json(profile_data({"action_s_by_degree": {"2": 1.0, "4": 3.0}, "split_extra_s": -2.5}))
+    assert prof.pipeline_split_extra_s(2) == -1.0 and prof.pipeline_split_extra_s(4) == -2.5
+
+
+@pytest.mark.parametrize("bad", [{"two": 1.0}, {"2": "fast"}, ["2", 1.0]])
+def test_an_unreadable_degree_table_is_a_named_error(bad):
+    prof = Profile.from_json(profile_data({"action_s_by_degree": bad}))
+    with pytest.raises(ProfileError, match="action_s_by_degree must map a pipeline degree to seconds"):
+        predict(TINY, one_f1b(2, 1), prof)
+
+
+@pytest.mark.parametrize("pp,per_action", [(2, 0.5), (4, 2.5)])
+def test_fit_recovers_the_action_cost_of_the_closed_form(pp, per_action):
+    measured = {m: 2 * per_action * (m + pp - 1) for m in (1, 8)}
+    assert fit_action_cost(TINY, profile_data(), pp, measured) == pytest.approx(per_action, rel=1e-6)
+
+
+@pytest.mark.parametrize("pp", [2, 4])
+def test_fit_inverts_the_prediction_with_compute(pp):
+    # compute at 1 flop/s: the fit must leave the compute to the model and find the action cost alone
+    with_cost = Profile.from_json(profile_data({"action_s": 7.0}, rate=1.0))
+    measured = {m: predict(TINY, one_f1b(pp, m), with_cost, pp).step_s for m in (1, 8)}
+    assert fit_action_cost(TINY, profile_data(rate=1.0), pp, measured) == pytest.approx(7.0, rel=1e-6)
+
+
+def test_a_growth_the_compute_alone_explains_fits_zero():
+    data = profile_data(rate=1.0)
+    bare = Profile.from_json(data)
+    measured = {m: predict(TINY, one_f1b(4, m), bare, 4).step_s for m in (1, 8)}
+    measured[8] -= 1.0   # grows 1 s less than compute alone predicts (here: shrinks, the bubble's share falls)
+    assert fit_action_cost(TINY, data, 4, measured) == 0.0
+
+
+@pytest.mark.parametrize("nproc,degrees", [(1, (2,)), (2, (2,)), (3, (2,)), (4, (2, 4)), (6, (2, 4)), (8, (2, 4, 8))])
+def test_pipeline_degrees_a_profile_times(nproc, degrees):
+    assert pipeline_degrees(nproc) == degrees
