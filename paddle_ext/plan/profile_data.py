@@ -79,7 +79,9 @@ class Profile:
             raise ProfileError(f"profile {path} has no 'source': say where its figures come from "
                                f"(measured on which machine, or which published figures)")
         shapes = dict((data.get("matmul") or {}).get("shapes") or {})
-        return cls(dict(data), path, shapes)
+        profile = cls(dict(data), path, shapes)
+        profile.pipeline_action_s(2)   # an unreadable per-degree table fails here, before any search
+        return profile
 
     @classmethod
     def load(cls, path: str) -> "Profile":

@@ -553,6 +553,11 @@ ROWS: tuple[Row, ...] = (
         'from paddle_ext.plan.profile_data import Profile\nProfile.from_json({"source": "hand"}).matmul((1, 128, 32, 32))',
         "ProfileError", "profile <dict> has no time for matmul 1x128x32x32 (BxMxKxN) and no "
         "matmul.rate_flops_per_s to estimate it; measure it on the target machine with `paddle-ext profile"),
+    Row("plan-profile-bad-action-degrees", "plan search",
+        'from paddle_ext.plan.profile_data import Profile\n'
+        'Profile.from_json({"source": "hand", "pipeline": {"action_s_by_degree": {"two": 0.002}}})',
+        "ProfileError", "profile <dict>: pipeline.action_s_by_degree must map a pipeline degree to seconds, like "
+        '{"2": 0.002, "4": 0.003}'),
     Row("plan-memory-limit-unmet", "plan search",
         "from paddle_ext.plan.model_desc import gpt_family\nfrom paddle_ext.plan.profile_data import Profile\n"
         "from paddle_ext.plan.search import search\n"

@@ -58,10 +58,9 @@ def test_split_extra_is_bounded_by_the_degrees_own_action_cost():
 
 
 @pytest.mark.parametrize("bad", [{"two": 1.0}, {"2": "fast"}, ["2", 1.0]])
-def test_an_unreadable_degree_table_is_a_named_error(bad):
-    prof = Profile.from_json(profile_data({"action_s_by_degree": bad}))
+def test_an_unreadable_degree_table_is_a_named_error_on_loading(bad):
     with pytest.raises(ProfileError, match="action_s_by_degree must map a pipeline degree to seconds"):
-        predict(TINY, one_f1b(2, 1), prof)
+        Profile.from_json(profile_data({"action_s_by_degree": bad}))
 
 
 @pytest.mark.parametrize("pp,per_action", [(2, 0.5), (4, 2.5)])
