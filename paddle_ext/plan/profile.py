@@ -31,7 +31,7 @@ from .predict import predict
 from .profile_blocks import measure_block_extra, timed_in_turns
 from .profile_data import Profile, fit_line, gemm_key
 from .runner import run_candidate
-from .stage_cost import reshard_bytes, stage_costs
+from .stage_cost import reshard_bytes
 from .trace_paddlenlp import MODELS as PADDLENLP_MODELS
 
 COLLECTIVE_SIZES = (256, 16384, 131072)       # float32 elements
