@@ -254,6 +254,17 @@ def pipeline_degrees(nproc: int) -> tuple:
     return tuple(2 ** k for k in range(1, max(nproc, 2).bit_length()) if 2 ** k <= max(nproc, 2))
 
 
+def solve_increasing(f, target: float, low: float, high: float, steps: int = 40) -> float:
+    """Where the increasing ``f`` reaches ``target`` between ``low`` and ``high``, by bisection:
+    ``low`` itself if ``f(low)`` already reaches it (the bound the caller allows)."""
+    if f(low) >= target:
+        return low
+    for _ in range(steps):
+        mid = (low + high) / 2
+        low, high = (mid, high) if f(mid) < target else (low, mid)
+    return low
+
+
 def fit_action_cost(model, profile_data: dict, pp: int, measured: dict) -> float:
     """The per-action cost ``a`` at which this profile's prediction of 1F1B on ``pp`` ranks alone
     grows from 1 to 8 microbatches as much as it measured (``measured``: ``{1: s, 8: s}``): a
@@ -267,15 +278,10 @@ def fit_action_cost(model, profile_data: dict, pp: int, measured: dict) -> float
         return step[8] - step[1]
 
     target = measured[8] - measured[1]
-    low, high = 0.0, max(target, 1e-6)
-    if growth(low) >= target:
-        return 0.0
+    high = max(target, 1e-6)
     while growth(high) < target:
         high *= 2
-    for _ in range(40):
-        mid = (low + high) / 2
-        low, high = (mid, high) if growth(mid) < target else (low, mid)
-    return low
+    return solve_increasing(growth, target, 0.0, high)
 
 
 def measure_pipeline_action(data: dict, model_config: dict, timeout: float, nproc: int = 2) -> dict:
@@ -312,14 +318,8 @@ def measure_split_backward(data: dict, model_config: dict, timeout: float) -> fl
         trial = {**data, "pipeline": {**data["pipeline"], "split_extra_s": extra}}
         return predict(model, c, Profile.from_json(trial), 2).step_s
 
-    low, high = -float(data["pipeline"].get("action_s", 0.0)), measured
-    if predicted(low) >= measured:
-        return low
-    for _ in range(40):
-        mid = (low + high) / 2
-        low, high = (mid, high) if predicted(mid) < measured else (low, mid)
-    return low
+    return solve_increasing(predicted, measured, -float(data["pipeline"].get("action_s", 0.0)), measured)
 
 
 __all__ = ["build_profile", "fit_action_cost", "measure_elementwise", "measure_matmuls", "measure_pipeline_action",
-           "measure_split_backward", "pipeline_degrees", "profile_rank"]
+           "measure_split_backward", "pipeline_degrees", "profile_rank", "solve_increasing"]

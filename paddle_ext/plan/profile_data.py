@@ -130,20 +130,25 @@ class Profile:
         a pipeline of degree ``pp``: ``action_s_by_degree`` at ``pp``, else at the largest measured
         degree below it, else at the smallest (a degree's value holds where its ranks share the
         cores alike); ``action_s`` where no degree was measured or ``pp`` is 0."""
-        pipeline = self.data.get("pipeline") or {}
-        try:
-            by_degree = {int(k): float(v) for k, v in (pipeline.get("action_s_by_degree") or {}).items()}
-        except (TypeError, ValueError, AttributeError) as err:
-            raise ProfileError(f"profile {self.path}: pipeline.action_s_by_degree must map a pipeline degree to "
-                               f"seconds, like {{\"2\": 0.002, \"4\": 0.003}} ({err}); {MEASURE_HINT}") from None
+        by_degree = self._memo.get("action_s_by_degree")
+        if by_degree is None:
+            by_degree = self._memo["action_s_by_degree"] = self._action_s_by_degree()
         if pp and by_degree:
             below = [d for d in by_degree if d <= pp]
             return by_degree[max(below) if below else min(by_degree)]
-        return float(pipeline.get("action_s", 0.0))
+        return float((self.data.get("pipeline") or {}).get("action_s", 0.0))
+
+    def _action_s_by_degree(self) -> dict:
+        table = (self.data.get("pipeline") or {}).get("action_s_by_degree") or {}
+        try:
+            return {int(k): float(v) for k, v in table.items()}
+        except (TypeError, ValueError, AttributeError) as err:
+            raise ProfileError(f"profile {self.path}: pipeline.action_s_by_degree must map a pipeline degree to "
+                               f"seconds, like {{\"2\": 0.002, \"4\": 0.003}} ({err}); {MEASURE_HINT}") from None
 
     def pipeline_split_extra_s(self, pp: int = 0) -> float:
         """Seconds a split backward (I then W) costs beyond its compute and two actions (0 if absent;
-        negative, down to ``-action_s``, where a W action costs less than an F or a B)."""
+        negative, down to the degree's action cost, where a W action costs less than an F or a B)."""
         return max(float((self.data.get("pipeline") or {}).get("split_extra_s", 0.0)), -self.pipeline_action_s(pp))
 
     def block_extra(self, model: str, hidden: int, seq: int, tp: int, sp: bool,

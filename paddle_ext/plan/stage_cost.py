@@ -234,8 +234,10 @@ def stage_costs(model: ModelDesc, c: Candidate, profile: Profile, comm: Optional
                 cost.parts[part] = cost.parts.get(part, 0.0) + value
             cost.activation_bytes += one.activation_bytes
             cost.comm_max_bytes = max(cost.comm_max_bytes, one.comm_max_bytes)
-        if c.pp > 1 and (profile.pipeline_action_s(c.pp) or profile.pipeline_split_extra_s(c.pp)):
-            a, extra = contention * profile.pipeline_action_s(c.pp), contention * profile.pipeline_split_extra_s(c.pp)
+        per_action = profile.pipeline_action_s(c.pp) if c.pp > 1 else 0.0
+        per_split = profile.pipeline_split_extra_s(c.pp) if c.pp > 1 else 0.0
+        if per_action or per_split:
+            a, extra = contention * per_action, contention * per_split
             # F and B are one action each; a split backward is two (I and W), each one action,
             # and W carries what splitting costs beyond that (B, the unsplit backward, does not)
             cost.add("pipeline runtime", a, a / 2, a / 2 + extra)
