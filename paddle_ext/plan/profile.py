@@ -202,7 +202,7 @@ def build_profile(gemms, nproc: int, model_config: dict, timeout: float = 600.0,
     elementwise = measure_elementwise()
     matmuls = measure_matmuls(gemms)
     ranks = run_ranks(profile_rank, nproc=nproc, args=(dict(model_config), 7, tuple(imports), model), timeout=timeout,
-                      log_dir=log_dir, teardown="warn")
+                      log_dir=log_dir, teardown="warn", pin_cpus=True)   # as the plans' runs
     med = statistics.median
     collectives = {}
     for kind, by_group in ranks[0]["collectives"].items():

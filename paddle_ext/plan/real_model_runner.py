@@ -60,7 +60,8 @@ def run_candidate(c: Candidate, model_name: str, steps: int = 16, timeout: float
     with optional_file_lock(lock), steal_meter(stolen):
         results = run_ranks(train_layout, nproc=c.world,
                             args=(model_key(model_name), layout(c), OUTSIDE_STATIC_MODE, "dygraph", steps, c.batch),
-                            timeout=timeout, log_dir=log_dir, env=_cpu_rank_env(), teardown="warn")
+                            timeout=timeout, log_dir=log_dir, env=_cpu_rank_env(), teardown="warn",
+                            pin_cpus=True)   # as the demo's runner and the profile
     ends = next(r for r in results if r["rank"] == 0)["step_ends"]   # perf_counter readings
     diffs = step_times([e - ends[0] for e in ends])
     losses = next((r["losses"] for r in results if r.get("losses")), None)

@@ -4,7 +4,9 @@ Each plan runs :func:`paddle_ext.demo.train.train_rank` (the runner ``paddle-ext
 through :func:`paddle_ext.testing.run_ranks` with the described model's sizes, the plan's batch,
 schedule and microbatches. The step time is the median of rank 0's step-to-step times after
 ``warmup`` steps (from the runner's progress records); the peak memory is the largest per-rank
-peak the runner reports (``ru_maxrss`` on CPU, the allocator's peak on GPU).
+peak the runner reports (``ru_maxrss`` on CPU, the allocator's peak on GPU). Each rank is bound
+to one CPU (``run_ranks(pin_cpus=True)``): with 4 ranks on 2 CPUs, which ranks share a CPU is
+then the same in every run and in the profile, not the scheduler's choice of the moment.
 """
 from __future__ import annotations
 
@@ -54,7 +56,7 @@ def run_candidate(c: Candidate, model_config: dict, steps: int = 6, timeout: flo
     stolen: dict = {}
     with optional_file_lock(lock), steal_meter(stolen):
         results = run_ranks(train_rank, nproc=c.world, args=(run.__dict__, dict(model_config)), timeout=timeout,
-                            log_dir=log_dir, env=env, teardown="warn")
+                            log_dir=log_dir, env=env, teardown="warn", pin_cpus=True)
     elapsed = [json.loads(line)["elapsed"] for line in progress.read_text().splitlines() if line.strip()]
     diffs = step_times(elapsed)
     return {"measured_step_s": statistics.median(diffs), "measured_peak_bytes": max(r["peak_memory"] for r in results),

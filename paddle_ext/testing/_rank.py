@@ -5,6 +5,9 @@ It runs the function as ``python -m paddle.distributed.launch script.py`` runs a
 it needs itself. It writes ``results/rank.N.pkl`` as ``("ok", value)`` or ``("error",
 traceback)``, renamed into place so the parent never reads half a file, then leaves through
 normal interpreter teardown (after the parent has every result: rank 0 hosts the TCP store).
+
+With ``pin_cpus`` in the payload (a measurement asked for it) the rank first binds itself to one
+CPU, before it imports anything that starts threads: :func:`cpus_for` picks it.
 """
 import importlib
 import os
@@ -21,6 +24,23 @@ def _write(results: str, rank: int, record) -> None:
     os.replace(tmp, os.path.join(results, f"rank.{rank}.pkl"))
 
 
+def cpus_for(rank: int, allowed) -> set:
+    """The one CPU a pinned rank runs on: the allowed CPUs in ascending order, dealt round robin
+    (4 ranks on CPUs {0, 1}: ranks 0 and 2 on CPU 0, ranks 1 and 3 on CPU 1)."""
+    cpus = sorted(allowed)
+    return {cpus[rank % len(cpus)]}
+
+
+def pin_to_one_cpu(rank: int):
+    """Bind this process (and the threads it starts later) to :func:`cpus_for`'s CPU; the CPU
+    set, or ``None`` where the OS has no affinity call (the rank then runs unpinned)."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    cpus = cpus_for(rank, os.sched_getaffinity(0))
+    os.sched_setaffinity(0, cpus)
+    return cpus
+
+
 def main(payload_path: str) -> int:
     with open(payload_path, "rb") as f:
         payload = pickle.load(f)
@@ -28,6 +48,8 @@ def main(payload_path: str) -> int:
         if p not in sys.path:
             sys.path.insert(0, p)
     rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
+    if payload.get("pin_cpus"):
+        pin_to_one_cpu(rank)
     with open(os.path.join(payload["results"], f"rank.{rank}.pid"), "w") as f:
         f.write(str(os.getpid()))
     # paddle_ext.breadcrumbs.ACTION_FILE_ENV, spelled out: the rank imports nothing before its target does

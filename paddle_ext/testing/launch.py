@@ -119,7 +119,7 @@ def _abs_sys_path() -> list[str]:
 def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | None = None,
               timeout: float = 120.0, log_dir: str | os.PathLike | None = None,
               env: dict | None = None, keep_logs: bool = False, exit_timeout: float = 60.0,
-              teardown: str = "raise") -> list[Any]:
+              teardown: str = "raise", pin_cpus: bool = False) -> list[Any]:
     """Run ``fn(*args, **kwargs)`` on ``nproc`` CPU ranks; return each rank's result, by rank.
 
     Raises :class:`HarnessError` if any rank raises, exits without a result, or the run takes
@@ -130,7 +130,9 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
     ``fn`` calls ``dist.init_parallel_env()`` and ``paddle_ext.install()`` itself if it needs them.
     ``teardown="warn"`` (a measurement: a profile, a plan's run; a baseline run of Paddle alone)
     returns the results when every rank returned and only its exit failed, with a
-    ``RuntimeWarning`` naming the rank.
+    ``RuntimeWarning`` naming the rank. ``pin_cpus=True`` (a measurement; Linux) binds each rank
+    to one CPU of this process's allowed set, dealt round robin, before ``fn``'s module is
+    imported: with more ranks than CPUs, which ranks share a CPU is then the same in every run.
     """
     if teardown not in ("raise", "warn"):
         raise HarnessError(f"teardown must be 'raise' or 'warn', got {teardown!r}")
@@ -148,7 +150,7 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
     payload = work / "payload.pkl"
     with open(payload, "wb") as f:
         pickle.dump({"module": module, "name": name, "args": tuple(args), "kwargs": dict(kwargs or {}),
-                     "sys_path": _abs_sys_path(), "results": str(results_dir)}, f)
+                     "sys_path": _abs_sys_path(), "results": str(results_dir), "pin_cpus": bool(pin_cpus)}, f)
     tag = uuid.uuid4().hex
     _LAUNCHED_TAGS.append(tag)
     child_env = dict(os.environ)

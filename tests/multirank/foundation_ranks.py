@@ -52,6 +52,21 @@ def process_state():
             "rank": dist.get_rank(), "world": dist.get_world_size()}
 
 
+def cpu_affinity():
+    """The CPUs this rank's main thread, and a thread Paddle's import started after it, may run on."""
+    import os
+    import threading
+
+    main = sorted(os.sched_getaffinity(0))
+    import paddle  # noqa: F401 - a library imported after the harness pinned (or did not pin) the rank
+
+    seen = {}
+    t = threading.Thread(target=lambda: seen.setdefault("thread", sorted(os.sched_getaffinity(0))))
+    t.start()
+    t.join()
+    return {"rank": int(os.environ["PADDLE_TRAINER_ID"]), "main": main, "thread": seen["thread"]}
+
+
 def exit_badly(how, bad_rank):
     """Return normally, then make interpreter teardown on ``bad_rank`` hang or fail."""
     import atexit

@@ -25,6 +25,16 @@ def test_harness_adds_no_set_up(tmp_path):
                         "rank": r, "world": 2} for r in range(2)]
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is a Linux call")
+def test_pin_cpus_deals_the_allowed_cpus_round_robin_and_is_off_by_default(tmp_path):
+    allowed = sorted(os.sched_getaffinity(0))
+    pinned = run_ranks(fr.cpu_affinity, nproc=3, timeout=120, log_dir=tmp_path / "pinned", pin_cpus=True)
+    assert pinned == [{"rank": r, "main": [allowed[r % len(allowed)]], "thread": [allowed[r % len(allowed)]]}
+                      for r in range(3)]
+    free = run_ranks(fr.cpu_affinity, nproc=3, timeout=120, log_dir=tmp_path / "free")
+    assert free == [{"rank": r, "main": allowed, "thread": allowed} for r in range(3)]
+
+
 @pytest.mark.parametrize("how, kind, detail", [
     ("hang", "rank 1 hung at exit", "had not exited 10 s later"),
     ("fail", "rank 1 failed at exit", "exited with code 3 during interpreter teardown"),
