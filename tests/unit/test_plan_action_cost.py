@@ -13,7 +13,7 @@ from paddle_ext.plan.candidates import Candidate
 from paddle_ext.plan.errors import ProfileError
 from paddle_ext.plan.model_desc import gpt_family
 from paddle_ext.plan.predict import predict
-from paddle_ext.plan.profile import fit_action_cost, pipeline_degrees
+from paddle_ext.plan.profile import fit_action_cost, fit_split_extra, pipeline_degrees
 from paddle_ext.plan.profile_data import COLLECTIVE_KINDS, Profile
 
 TINY = gpt_family(hidden=4, heads=2, ffn=8, seq=2, vocab=8, layers=8)
@@ -88,3 +88,17 @@ def test_a_growth_the_compute_alone_explains_fits_zero():
 @pytest.mark.parametrize("nproc,degrees", [(1, (2,)), (2, (2,)), (3, (2,)), (4, (2, 4)), (6, (2, 4)), (8, (2, 4, 8))])
 def test_pipeline_degrees_a_profile_times(nproc, degrees):
     assert pipeline_degrees(nproc) == degrees
+
+
+@pytest.mark.parametrize("true_extra", [-0.5, 0.0, 0.7, 3.0])
+def test_split_extra_fit_recovers_the_cost_and_ignores_an_error_both_schedules_share(true_extra):
+    """Steps "measured" as the prediction at a known cost per W, both 1F1B and ZBH1 then 5 s slower
+    (an error of the absolute level, as a profile's compute can have): the fit returns the cost."""
+    data = profile_data({"action_s": 1.0}, rate=1e6)
+
+    def step(schedule, extra):
+        trial = {**data, "pipeline": {"action_s": 1.0, "split_extra_s": extra}}
+        return predict(TINY, Candidate(pp=2, schedule=schedule, microbatches=4, batch=8), Profile.from_json(trial), 2).step_s
+
+    measured = {s: step(s, true_extra) + 5.0 for s in ("1F1B", "ZBH1")}
+    assert fit_split_extra(TINY, data, measured) == pytest.approx(true_extra, abs=1e-6)
