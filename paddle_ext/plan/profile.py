@@ -230,7 +230,7 @@ def build_profile(gemms, nproc: int, model_config: dict, timeout: float = 600.0,
             key: {part: med(r["blocks"][key][part] for r in ranks) for part in ("fwd_s", "bwd_s")}
             for key in ranks[0]["blocks"]}}
     data["pipeline"] = measure_pipeline_action(data, model_config, timeout, nproc)
-    data["pipeline"]["split_extra_s"] = measure_split_backward(data, model_config, timeout)
+    data["pipeline"].update(measure_split_backward(data, model_config, timeout, nproc))
     return data
 
 
@@ -302,41 +302,50 @@ def measure_pipeline_action(data: dict, model_config: dict, timeout: float, npro
     return {"action_s": by_degree["2"], "action_s_by_degree": by_degree}
 
 
-def fit_split_extra(model, profile_data: dict, measured: dict) -> float:
-    """The cost per W at which this profile's prediction of the demo's ``pp2`` plan at 4
+def fit_split_extra(model, profile_data: dict, measured: dict, pp: int = 2) -> float:
+    """The cost per W at which this profile's prediction of the demo's ``ppD`` plan (``pp``) at 4
     microbatches is as much slower with ZBH1 than with 1F1B as it measured (``measured``:
     ``{"1F1B": s, "ZBH1": s}``): a bisection over :func:`predict`, so what both schedules share
     (compute, the pipeline actions of F, the error of the prediction's absolute level) cancels, as
-    in :func:`fit_action_cost`. Bounded below by ``-action_s`` (a W that costs nothing)."""
-    plans = {s: Candidate(pp=2, schedule=s, microbatches=4, batch=8) for s in ("1F1B", "ZBH1")}
+    in :func:`fit_action_cost`. Bounded below by the degree's action cost, negated (a W that
+    costs nothing)."""
+    plans = {s: Candidate(pp=pp, schedule=s, microbatches=4, batch=8) for s in ("1F1B", "ZBH1")}
+    pipeline = {k: v for k, v in profile_data["pipeline"].items() if k != "split_extra_s_by_degree"}
 
     def predicted(schedule: str, extra: float) -> float:
-        trial = {**profile_data, "pipeline": {**profile_data["pipeline"], "split_extra_s": extra}}
-        return predict(model, plans[schedule], Profile.from_json(trial), 2).step_s
+        trial = {**profile_data, "pipeline": {**pipeline, "split_extra_s": extra}}
+        return predict(model, plans[schedule], Profile.from_json(trial), pp).step_s
 
     target = predicted("1F1B", 0.0) + measured["ZBH1"] - measured["1F1B"]
-    low = -float(profile_data["pipeline"].get("action_s", 0.0))
+    low = -Profile.from_json(profile_data).pipeline_action_s(pp)
     high = max(abs(target), 1e-6)
     while predicted("ZBH1", high) < target:
         high *= 2
     return solve_increasing(lambda e: predicted("ZBH1", e), target, low, high)
 
 
-def measure_split_backward(data: dict, model_config: dict, timeout: float) -> float:
-    """Seconds a split backward (I then W) costs beyond its compute and two runtime actions: the
-    demo's ``pp2`` plan at 4 microbatches with ZBH1 and with 1F1B on 2 ranks, each the median of
-    three 128-step runs, alternated, and :func:`fit_split_extra` of the two. Positive where the
-    backward's two halves each walk the autograd graph; negative, down to ``-action_s``, where a W
-    costs less than an F or a B action (it sends nothing). Until round 29 the ZBH1 step alone was
-    fitted, so the figure took up the whole prediction's error at pp2: -2.1 to +2.3 ms in rounds
-    25-29 (docs/plan.md)."""
+def measure_split_backward(data: dict, model_config: dict, timeout: float, nproc: int = 2) -> dict:
+    """Seconds a split backward (I then W) costs beyond its compute and two runtime actions, per
+    pipeline degree (:func:`pipeline_degrees`): the demo's ``ppD`` plan at 4 microbatches with
+    ZBH1 and with 1F1B on D ranks, each the median of three 128-step runs, alternated, and
+    :func:`fit_split_extra` of the two. Positive where the backward's two halves each walk the
+    autograd graph; negative, down to the action cost, where a W costs less than an F or a B
+    action (it sends nothing, while the action cost of 4 ranks on 2 cores is mostly waiting for
+    what is sent). Until round 29 the ZBH1 step alone was fitted, so the figure took up the whole
+    prediction's error at pp2 (-2.1 to +2.3 ms in rounds 25-29); until round 32 only pp2 was
+    measured, and its figure charged every W at pp4 the full pp4 action cost, which put the
+    zero-bubble plans at 2 microbatches 4-10 ms behind 1F1B where they measured level
+    (docs/plan.md). Returns ``{"split_extra_s": at degree 2, "split_extra_s_by_degree": {...}}``."""
 
     cfg = dict(model_config)
     model = gpt_family(cfg["d_model"], cfg["n_heads"], cfg["d_ff"], cfg["seq_len"], cfg["vocab"], cfg["n_layers"])
     schedules = ("1F1B", "ZBH1")
-    plans = [Candidate(pp=2, schedule=s, microbatches=4, batch=8) for s in schedules]
-    measured = dict(zip(schedules, _median_steps(plans, cfg, timeout)))
-    return fit_split_extra(model, data, measured)
+    by_degree = {}
+    for pp in pipeline_degrees(nproc):
+        plans = [Candidate(pp=pp, schedule=s, microbatches=4, batch=8) for s in schedules]
+        measured = dict(zip(schedules, _median_steps(plans, cfg, timeout)))
+        by_degree[str(pp)] = fit_split_extra(model, data, measured, pp)
+    return {"split_extra_s": by_degree["2"], "split_extra_s_by_degree": by_degree}
 
 
 __all__ = ["build_profile", "fit_action_cost", "fit_split_extra", "measure_elementwise", "measure_matmuls", "measure_pipeline_action",

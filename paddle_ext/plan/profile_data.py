@@ -14,11 +14,12 @@ one by hand for hardware they do not have (``examples/profiles/h100_8x_published
                   reduce_scatter, p2p
 ``inter_node``    the same as ``collectives`` for groups that span nodes (``--nodes`` > 1)
 ``memory``        ``{"process_base_bytes"}``: a rank's memory before the model (runtime, libraries)
-``pipeline``      ``{"action_s", "action_s_by_degree", "split_extra_s"}``: what a pipeline runtime adds
-                  per action beyond compute (``action_s_by_degree``: per pipeline degree, measured
-                  on that many ranks, ``{"2": s, "4": s}``; ``action_s`` where absent), and per
-                  split backward beyond its two actions (each 0 if absent; the last may be
-                  negative, down to the action cost: a W that sends nothing)
+``pipeline``      ``{"action_s", "action_s_by_degree", "split_extra_s", "split_extra_s_by_degree"}``:
+                  what a pipeline runtime adds per action beyond compute (``action_s_by_degree``:
+                  per pipeline degree, measured on that many ranks, ``{"2": s, "4": s}``;
+                  ``action_s`` where absent), and per split backward beyond its two actions (per
+                  degree the same way; each 0 if absent; may be negative, down to the degree's
+                  action cost: a W that sends nothing)
 ``blocks``        ``{"model", "hidden", "seq", "extra": {"tp=G,sp=0|1,b=S": {"fwd_s", "bwd_s"}}}``: what one
                   decoder layer of a PaddleNLP model adds under tensor parallelism G (with or
                   without sequence parallelism, S samples) beyond its dense compute, timed on the
@@ -80,7 +81,7 @@ class Profile:
                                f"(measured on which machine, or which published figures)")
         shapes = dict((data.get("matmul") or {}).get("shapes") or {})
         profile = cls(dict(data), path, shapes)
-        profile.pipeline_action_s(2)   # an unreadable per-degree table fails here, before any search
+        profile.pipeline_split_extra_s(2)   # an unreadable per-degree table fails here, before any search
         return profile
 
     @classmethod
@@ -139,17 +140,30 @@ class Profile:
         return float((self.data.get("pipeline") or {}).get("action_s", 0.0))
 
     def _action_s_by_degree(self) -> dict:
-        table = (self.data.get("pipeline") or {}).get("action_s_by_degree") or {}
+        return self._by_degree("action_s_by_degree")
+
+    def _by_degree(self, key: str) -> dict:
+        table = (self.data.get("pipeline") or {}).get(key) or {}
         try:
             return {int(k): float(v) for k, v in table.items()}
         except (TypeError, ValueError, AttributeError) as err:
-            raise ProfileError(f"profile {self.path}: pipeline.action_s_by_degree must map a pipeline degree to "
+            raise ProfileError(f"profile {self.path}: pipeline.{key} must map a pipeline degree to "
                                f"seconds, like {{\"2\": 0.002, \"4\": 0.003}} ({err}); {MEASURE_HINT}") from None
 
     def pipeline_split_extra_s(self, pp: int = 0) -> float:
-        """Seconds a split backward (I then W) costs beyond its compute and two actions (0 if absent;
-        negative, down to the degree's action cost, where a W action costs less than an F or a B)."""
-        return max(float((self.data.get("pipeline") or {}).get("split_extra_s", 0.0)), -self.pipeline_action_s(pp))
+        """Seconds a split backward (I then W) costs beyond its compute and two actions, in a
+        pipeline of degree ``pp``: ``split_extra_s_by_degree`` looked up as
+        :meth:`pipeline_action_s` looks up its table, else ``split_extra_s`` (0 if absent);
+        negative, down to the degree's action cost, where a W action costs less than an F or a B."""
+        table = self._memo.get("split_extra_s_by_degree")
+        if table is None:
+            table = self._memo["split_extra_s_by_degree"] = self._by_degree("split_extra_s_by_degree")
+        if pp and table:
+            below = [d for d in table if d <= pp]
+            extra = table[max(below) if below else min(table)]
+        else:
+            extra = float((self.data.get("pipeline") or {}).get("split_extra_s", 0.0))
+        return max(extra, -self.pipeline_action_s(pp))
 
     def block_extra(self, model: str, hidden: int, seq: int, tp: int, sp: bool,
                     samples: int) -> Optional[Tuple[float, float]]:

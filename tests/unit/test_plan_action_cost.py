@@ -57,10 +57,19 @@ def test_split_extra_is_bounded_by_the_degrees_own_action_cost():
     assert prof.pipeline_split_extra_s(2) == -1.0 and prof.pipeline_split_extra_s(4) == -2.5
 
 
+@pytest.mark.parametrize("pp,extra", [(2, 0.5), (3, 0.5), (4, -2.0), (8, -2.0)])
+def test_each_degree_reads_its_own_split_extra_bounded_by_its_own_action_cost(pp, extra):
+    # measured at 2 and 4: 8 reads 4's (the largest below it); -2.5 at 4 is bounded by pp4's 2.0 a W
+    prof = Profile.from_json(profile_data({"action_s_by_degree": {"2": 1.0, "4": 2.0}, "split_extra_s": 9.0,
+                                           "split_extra_s_by_degree": {"2": 0.5, "4": -2.5}}))
+    assert prof.pipeline_split_extra_s(pp) == extra
+
+
+@pytest.mark.parametrize("key", ["action_s_by_degree", "split_extra_s_by_degree"])
 @pytest.mark.parametrize("bad", [{"two": 1.0}, {"2": "fast"}, ["2", 1.0]])
-def test_an_unreadable_degree_table_is_a_named_error_on_loading(bad):
-    with pytest.raises(ProfileError, match="action_s_by_degree must map a pipeline degree to seconds"):
-        Profile.from_json(profile_data({"action_s_by_degree": bad}))
+def test_an_unreadable_degree_table_is_a_named_error_on_loading(key, bad):
+    with pytest.raises(ProfileError, match=f"{key} must map a pipeline degree to seconds"):
+        Profile.from_json(profile_data({key: bad}))
 
 
 @pytest.mark.parametrize("pp,per_action", [(2, 0.5), (4, 2.5)])
@@ -90,15 +99,28 @@ def test_pipeline_degrees_a_profile_times(nproc, degrees):
     assert pipeline_degrees(nproc) == degrees
 
 
-@pytest.mark.parametrize("true_extra", [-0.5, 0.0, 0.7, 3.0])
-def test_split_extra_fit_recovers_the_cost_and_ignores_an_error_both_schedules_share(true_extra):
+@pytest.mark.parametrize("pp,true_extra", [(2, -0.5), (2, 0.0), (2, 0.7), (2, 3.0), (4, -2.5), (4, 0.7)])
+def test_split_extra_fit_recovers_the_cost_and_ignores_an_error_both_schedules_share(pp, true_extra):
     """Steps "measured" as the prediction at a known cost per W, both 1F1B and ZBH1 then 5 s slower
-    (an error of the absolute level, as a profile's compute can have): the fit returns the cost."""
-    data = profile_data({"action_s": 1.0}, rate=1e6)
+    (an error of the absolute level, as a profile's compute can have): the fit returns the cost,
+    at pp4 with its own action cost (3 s: -2.5 is inside its bound, outside pp2's 1 s)."""
+    actions = {"action_s": 1.0, "action_s_by_degree": {"2": 1.0, "4": 3.0}}
+    data = profile_data(dict(actions), rate=1e6)
 
     def step(schedule, extra):
-        trial = {**data, "pipeline": {"action_s": 1.0, "split_extra_s": extra}}
-        return predict(TINY, Candidate(pp=2, schedule=schedule, microbatches=4, batch=8), Profile.from_json(trial), 2).step_s
+        trial = {**data, "pipeline": {**actions, "split_extra_s_by_degree": {str(pp): extra}}}
+        plan = Candidate(pp=pp, schedule=schedule, microbatches=4, batch=8)
+        return predict(TINY, plan, Profile.from_json(trial), pp).step_s
 
     measured = {s: step(s, true_extra) + 5.0 for s in ("1F1B", "ZBH1")}
-    assert fit_split_extra(TINY, data, measured) == pytest.approx(true_extra, abs=1e-6)
+    assert fit_split_extra(TINY, data, measured, pp) == pytest.approx(true_extra, abs=1e-6)
+
+
+def test_split_fit_ignores_a_degree_table_already_in_the_profile():
+    # a profile being re-fitted may carry last time's table: the fit must vary the figure it reads
+    data = profile_data({"action_s": 1.0, "split_extra_s_by_degree": {"2": 5.0}}, rate=1e6)
+    clean = profile_data({"action_s": 1.0}, rate=1e6)
+    measured = {s: predict(TINY, Candidate(pp=2, schedule=s, microbatches=4, batch=8),
+                           Profile.from_json({**clean, "pipeline": {"action_s": 1.0, "split_extra_s": 0.25}}), 2).step_s
+                for s in ("1F1B", "ZBH1")}
+    assert fit_split_extra(TINY, data, measured) == pytest.approx(0.25, abs=1e-6)
