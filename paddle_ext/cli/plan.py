@@ -84,6 +84,7 @@ def _runner(args, model):
 def _run_plans(args, model, result, doc: dict) -> None:
     from ..errors import HarnessError
     from ..plan.accuracy import summary
+    from ..plan.measured import median_pass, pass_paces
     from ..plan.runner import steps_for
     from ..plan.search import to_json
 
@@ -112,21 +113,28 @@ def _run_plans(args, model, result, doc: dict) -> None:
             except HarnessError as exc:  # one failing plan is a finding, not the end of the comparison
                 entry["run_error"] = str(exc).splitlines()[0]
                 print(f"paddle-ext plan: {entry['name']} failed: {entry['run_error']}", file=sys.stderr)
+    measured = {e["name"]: passes[e["name"]] for e in chosen if "run_error" not in e and passes[e["name"]]}
+    # each pass's pace, then the median paced pass (plan/measured.py): a slow and a fast spell of
+    # the machine both last minutes here; the fastest pass favoured whichever plan a fast spell met
+    # (docs/plan.md, round 19), and a whole pass's pace moved by more than the plans differ (round
+    # 33). Passes during which the host took more than STEAL_WARN of the CPU time measure the host
+    # (round 21): left out while a pass remains.
+    paces = pass_paces({name: [r["measured_step_s"] for r in runs] for name, runs in measured.items()})
     for entry in chosen:
-        runs = passes[entry["name"]]
-        if "run_error" in entry or not runs:
+        runs = measured.get(entry["name"])
+        if runs is None:
             continue
-        # the median pass (the lower middle one of an even count): a slow spell of the machine
-        # and a fast one both last minutes here, so the fastest pass favours whichever plan a
-        # fast spell met (docs/plan.md, round 19). Passes during which the host took more than
-        # STEAL_WARN of the CPU time measure the host (round 21): left out while a pass remains.
-        clean = [r for r in runs if (r.get("steal_fraction") or 0) <= STEAL_WARN] or runs
-        entry.update(sorted(clean, key=lambda r: r["measured_step_s"])[(len(clean) - 1) // 2])
-        entry["measured_passes_used"] = [i for i, r in enumerate(runs) if any(r is c for c in clean)]
+        paced = [r["measured_step_s"] / pace for r, pace in zip(runs, paces)]
+        median, used = median_pass(paced, [r.get("steal_fraction") for r in runs], STEAL_WARN)
+        entry.update(runs[median])
+        entry["measured_step_s"] = paced[median]
+        entry["measured_step_s_unpaced"] = runs[median]["measured_step_s"]
+        entry["measured_passes_used"] = used
         entry["measured_peak_bytes"] = max(r["measured_peak_bytes"] for r in runs)
         entry["measured_step_s_passes"] = [r["measured_step_s"] for r in runs]
         entry["measured_steal_passes"] = [r.get("steal_fraction") for r in runs]
     doc["run"] = summary(doc["plans"])
+    doc["run"]["pass_paces"] = paces
     doc["run"]["load_average"] = list(os.getloadavg())
     stolen = [s for e in chosen for s in e.get("measured_steal_passes", []) if s is not None]
     doc["run"]["max_steal_fraction"] = max(stolen) if stolen else None

@@ -103,3 +103,76 @@ def test_when_every_pass_was_stolen_all_of_them_count(tmp_path, monkeypatch, cap
                       steal=(0.1, 0.2, 0.3))
     for p in run:
         assert p["measured_passes_used"] == [0, 1, 2] and p["measured_step_s"] == 0.06
+
+
+def _run_paced(tmp_path, monkeypatch, base_of, pace, noise=None, steal=None):
+    """``plan --run 5 --repeat 3``: plan ``i`` (in the order first run) measures ``base_of[i] *
+    pace[pass]`` (times ``noise[i][pass]`` if given): a machine whose pace moves between passes."""
+    order, asked = [], []
+
+    def fake_runner(args, model):
+        def run(c, steps):
+            if c.name not in order:
+                order.append(c.name)
+            i = order.index(c.name)
+            n = sum(1 for name in asked if name == c.name)
+            asked.append(c.name)
+            step = base_of[i] * pace[n] * (noise[i][n] if noise else 1.0)
+            result = {"measured_step_s": step, "measured_peak_bytes": 400 * 2 ** 20,
+                      "step_times": [step] * (steps - WARMUP), "losses": [float(n)]}
+            if steal is not None:
+                result["steal_fraction"] = steal[i][n]
+            return result
+        return (lambda c: ""), run
+
+    monkeypatch.setattr(plan_cli, "_runner", fake_runner)
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    out = tmp_path / "out"
+    assert main(["plan", "--model", "demo", "--nproc", "2", "--profile", str(profile), "--run", "5",
+                 "--repeat", "3", "--json", "--out", str(out)]) == 0
+    doc = json.loads((out / "plan.json").read_text())
+    run = {p["name"]: p for p in doc["plans"] if p["measured_step_s"] is not None}
+    return doc["run"], [run[name] for name in order]
+
+
+def test_a_pass_that_runs_every_plan_slower_moves_no_plans_figure(tmp_path, monkeypatch, capsys):
+    """The machine at 0.8x, 1.25x and 1.0x its pace in the three passes, the plans at 10-30 ms
+    apart from that: each plan's figure is its own step at the run's mean pace (1.0 here, as the
+    geometric mean of the paces is 1), whichever pass is its median."""
+    base = [0.010, 0.015, 0.020, 0.025, 0.030]
+    run, plans = _run_paced(tmp_path, monkeypatch, base, (0.8, 1.25, 1.0))
+    assert run["pass_paces"] == pytest.approx([0.8, 1.25, 1.0])
+    for b, p in zip(base, plans):
+        assert p["measured_step_s"] == pytest.approx(b)
+        assert p["measured_step_s_passes"] == pytest.approx([b * 0.8, b * 1.25, b])
+        assert p["measured_step_s_unpaced"] in p["measured_step_s_passes"]   # the raw step of the pass chosen
+
+
+def test_pacing_keeps_what_a_plan_does_differently_from_the_pass(tmp_path, monkeypatch, capsys):
+    """On a machine at 0.5x, 1x and 2x, plan 0 is 1.5x slow in one pass alone and plan 1 in two:
+    plan 0's figure is its usual step (its median paced pass), plan 1's the 1.5x one."""
+    base = [0.010, 0.012, 0.014, 0.016, 0.018]
+    noise = [[1.0, 1.5, 1.0], [1.5, 1.0, 1.5]] + [[1.0] * 3] * 3
+    run, plans = _run_paced(tmp_path, monkeypatch, base, (0.5, 1.0, 2.0), noise=noise)
+    # each pass holds one 1.5x plan, so the paces are the machine's own: 0.5, 1 and 2
+    assert run["pass_paces"] == pytest.approx([0.5, 1.0, 2.0])
+    assert plans[0]["measured_step_s"] == pytest.approx(0.010)
+    assert plans[1]["measured_step_s"] == pytest.approx(0.012 * 1.5)
+    assert [p["measured_step_s"] for p in plans[2:]] == pytest.approx(base[2:])
+
+
+def test_a_stolen_pass_still_leaves_the_paced_median(tmp_path, monkeypatch, capsys):
+    """Plan 2's second pass lost 30% of the CPU to the host: its figure is the median of its
+    other two paced passes (the lower middle), the others' of all three."""
+    base = [0.010, 0.015, 0.020, 0.025, 0.030]
+    steal = [[0.0] * 3, [0.0] * 3, [0.0, 0.3, 0.0], [0.0] * 3, [0.0] * 3]
+    noise = [[1.0] * 3, [1.0] * 3, [1.1, 3.0, 1.0], [1.0] * 3, [1.0] * 3]
+    run, plans = _run_paced(tmp_path, monkeypatch, base, (1.0, 1.0, 1.0), noise=noise, steal=steal)
+    assert plans[2]["measured_passes_used"] == [0, 2] and plans[0]["measured_passes_used"] == [0, 1, 2]
+    assert plans[2]["measured_step_s"] == pytest.approx(0.020 * 1.0 / run["pass_paces"][2])
+
+
+def test_fewer_than_four_plans_are_not_paced(tmp_path, monkeypatch, capsys):
+    asked, run = _run(tmp_path, monkeypatch, "--repeat", "3", per_pass=(0.05, 0.09, 0.06))
+    assert all(p["measured_step_s"] == p["measured_step_s_unpaced"] == 0.06 for p in run)
