@@ -131,16 +131,26 @@ class Profile:
         a pipeline of degree ``pp``: ``action_s_by_degree`` at ``pp``, else at the largest measured
         degree below it, else at the smallest (a degree's value holds where its ranks share the
         cores alike); ``action_s`` where no degree was measured or ``pp`` is 0."""
-        by_degree = self._memo.get("action_s_by_degree")
-        if by_degree is None:
-            by_degree = self._memo["action_s_by_degree"] = self._action_s_by_degree()
-        if pp and by_degree:
-            below = [d for d in by_degree if d <= pp]
-            return by_degree[max(below) if below else min(by_degree)]
-        return float((self.data.get("pipeline") or {}).get("action_s", 0.0))
+        return self._at_degree("action_s", pp)
 
-    def _action_s_by_degree(self) -> dict:
-        return self._by_degree("action_s_by_degree")
+    def pipeline_split_extra_s(self, pp: int = 0) -> float:
+        """Seconds a split backward (I then W) costs beyond its compute and two actions, in a
+        pipeline of degree ``pp``: ``split_extra_s_by_degree`` looked up as
+        :meth:`pipeline_action_s` looks up its table, else ``split_extra_s`` (0 if absent);
+        negative, down to the degree's action cost, where a W action costs less than an F or a B."""
+        return max(self._at_degree("split_extra_s", pp), -self.pipeline_action_s(pp))
+
+    def _at_degree(self, key: str, pp: int) -> float:
+        """``pipeline.<key>_by_degree`` at ``pp`` (else the largest measured degree below it, else
+        the smallest), or ``pipeline.<key>`` (0 if absent) where no degree was measured or ``pp`` is 0."""
+        table_key = f"{key}_by_degree"
+        table = self._memo.get(table_key)
+        if table is None:
+            table = self._memo[table_key] = self._by_degree(table_key)
+        if pp and table:
+            below = [d for d in table if d <= pp]
+            return table[max(below) if below else min(table)]
+        return float((self.data.get("pipeline") or {}).get(key, 0.0))
 
     def _by_degree(self, key: str) -> dict:
         table = (self.data.get("pipeline") or {}).get(key) or {}
@@ -149,21 +159,6 @@ class Profile:
         except (TypeError, ValueError, AttributeError) as err:
             raise ProfileError(f"profile {self.path}: pipeline.{key} must map a pipeline degree to "
                                f"seconds, like {{\"2\": 0.002, \"4\": 0.003}} ({err}); {MEASURE_HINT}") from None
-
-    def pipeline_split_extra_s(self, pp: int = 0) -> float:
-        """Seconds a split backward (I then W) costs beyond its compute and two actions, in a
-        pipeline of degree ``pp``: ``split_extra_s_by_degree`` looked up as
-        :meth:`pipeline_action_s` looks up its table, else ``split_extra_s`` (0 if absent);
-        negative, down to the degree's action cost, where a W action costs less than an F or a B."""
-        table = self._memo.get("split_extra_s_by_degree")
-        if table is None:
-            table = self._memo["split_extra_s_by_degree"] = self._by_degree("split_extra_s_by_degree")
-        if pp and table:
-            below = [d for d in table if d <= pp]
-            extra = table[max(below) if below else min(table)]
-        else:
-            extra = float((self.data.get("pipeline") or {}).get("split_extra_s", 0.0))
-        return max(extra, -self.pipeline_action_s(pp))
 
     def block_extra(self, model: str, hidden: int, seq: int, tp: int, sp: bool,
                     samples: int) -> Optional[Tuple[float, float]]:

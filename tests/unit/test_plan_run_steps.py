@@ -28,32 +28,40 @@ def test_steps_for_covers_the_timed_seconds_within_bounds():
     assert steps_for(0.02) > steps_for(0.1)          # the faster plan runs more steps
 
 
+def _result(step, steps, n, peak_mib=400, steal=None):
+    """What the runner returns for the ``n``-th run of a plan measuring ``step`` s a step."""
+    result = {"measured_step_s": step, "measured_peak_bytes": peak_mib * 2 ** 20,
+              "step_times": [step] * (steps - WARMUP), "losses": [float(n)]}
+    if steal is not None:
+        result["steal_fraction"] = steal
+    return result
+
+
+def _plan_json(tmp_path, monkeypatch, run, *args) -> dict:
+    """``plan --model demo --nproc 2 ... --json`` with ``run(c, steps)`` in place of the runner;
+    the plan.json it wrote."""
+    monkeypatch.setattr(plan_cli, "_runner", lambda cli_args, model: ((lambda c: ""), run))
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    out = tmp_path / "out"
+    assert main(["plan", "--model", "demo", "--nproc", "2", "--profile", str(profile), *args,
+                 "--json", "--out", str(out)]) == 0
+    return json.loads((out / "plan.json").read_text())
+
+
 def _run(tmp_path, monkeypatch, *extra, per_pass=(0.05,), steal=None):
     """``plan --run 3`` (2 passes unless ``extra`` says) with a runner whose n-th run of a plan
     measures ``per_pass[n]`` seconds a step, peaks at 400 MiB + n MiB and, given ``steal``, says
     the host took ``steal[n]`` of the CPU time meanwhile."""
     asked = []
 
-    def fake_runner(args, model):
-        def run(c, steps):
-            n = sum(1 for name, _ in asked if name == c.name) % len(per_pass)
-            asked.append((c.name, steps))
-            times = [per_pass[n]] * (steps - WARMUP)
-            result = {"measured_step_s": per_pass[n], "measured_peak_bytes": (400 + n) * 2 ** 20,
-                      "step_times": times, "losses": [float(n)]}
-            if steal is not None:
-                result["steal_fraction"] = steal[n]
-            return result
-        return (lambda c: ""), run
+    def run(c, steps):
+        n = sum(1 for name, _ in asked if name == c.name) % len(per_pass)
+        asked.append((c.name, steps))
+        return _result(per_pass[n], steps, n, 400 + n, None if steal is None else steal[n])
 
-    monkeypatch.setattr(plan_cli, "_runner", fake_runner)
-    profile = tmp_path / "profile.json"
-    profile.write_text(json.dumps(PROFILE))
-    out = tmp_path / "out"
     repeat = [] if "--repeat" in extra else ["--repeat", "2"]
-    assert main(["plan", "--model", "demo", "--nproc", "2", "--profile", str(profile), "--run", "3", *repeat,
-                 "--json", "--out", str(out), *extra]) == 0
-    doc = json.loads((out / "plan.json").read_text())
+    doc = _plan_json(tmp_path, monkeypatch, run, "--run", "3", *repeat, *extra)
     return asked, [p for p in doc["plans"] if p["measured_step_s"] is not None]
 
 
@@ -110,28 +118,16 @@ def _run_paced(tmp_path, monkeypatch, base_of, pace, noise=None, steal=None):
     pace[pass]`` (times ``noise[i][pass]`` if given): a machine whose pace moves between passes."""
     order, asked = [], []
 
-    def fake_runner(args, model):
-        def run(c, steps):
-            if c.name not in order:
-                order.append(c.name)
-            i = order.index(c.name)
-            n = sum(1 for name in asked if name == c.name)
-            asked.append(c.name)
-            step = base_of[i] * pace[n] * (noise[i][n] if noise else 1.0)
-            result = {"measured_step_s": step, "measured_peak_bytes": 400 * 2 ** 20,
-                      "step_times": [step] * (steps - WARMUP), "losses": [float(n)]}
-            if steal is not None:
-                result["steal_fraction"] = steal[i][n]
-            return result
-        return (lambda c: ""), run
+    def run(c, steps):
+        if c.name not in order:
+            order.append(c.name)
+        i = order.index(c.name)
+        n = sum(1 for name in asked if name == c.name)
+        asked.append(c.name)
+        step = base_of[i] * pace[n] * (noise[i][n] if noise else 1.0)
+        return _result(step, steps, n, steal=None if steal is None else steal[i][n])
 
-    monkeypatch.setattr(plan_cli, "_runner", fake_runner)
-    profile = tmp_path / "profile.json"
-    profile.write_text(json.dumps(PROFILE))
-    out = tmp_path / "out"
-    assert main(["plan", "--model", "demo", "--nproc", "2", "--profile", str(profile), "--run", "5",
-                 "--repeat", "3", "--json", "--out", str(out)]) == 0
-    doc = json.loads((out / "plan.json").read_text())
+    doc = _plan_json(tmp_path, monkeypatch, run, "--run", "5", "--repeat", "3")
     run = {p["name"]: p for p in doc["plans"] if p["measured_step_s"] is not None}
     return doc["run"], [run[name] for name in order]
 
