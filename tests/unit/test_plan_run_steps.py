@@ -128,8 +128,8 @@ def _run_paced(tmp_path, monkeypatch, base_of, pace, noise=None, steal=None):
         return _result(step, steps, n, steal=None if steal is None else steal[i][n])
 
     doc = _plan_json(tmp_path, monkeypatch, run, "--run", "5", "--repeat", "3")
-    run = {p["name"]: p for p in doc["plans"] if p["measured_step_s"] is not None}
-    return doc["run"], [run[name] for name in order]
+    measured = {p["name"]: p for p in doc["plans"] if p["measured_step_s"] is not None}
+    return doc["run"], [measured[name] for name in order]
 
 
 def test_a_pass_that_runs_every_plan_slower_moves_no_plans_figure(tmp_path, monkeypatch, capsys):
