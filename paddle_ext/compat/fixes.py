@@ -45,6 +45,9 @@ or unknown backend to Paddle's original when it is called.
   ``process_mesh``; a plain parameter beside the DistTensors (DeepSeek-V2's auto LM head) has a
   dense gradient and Paddle fails ("'NoneType' object has no attribute 'shape'"). Its gradient is
   kept as it is (``compat/stage1_dense_grads.py``).
+* ``bool-cast-grad`` -- Paddle's ``cast`` to ``bool`` hands the incoming gradient through (it must
+  be 0: a boolean is piecewise constant); a bool output is now ``stop_gradient``
+  (``compat/bool_cast_grad.py``). Silent-wrong: MoE gates build their dispatch masks that way.
 * ``checkpoint-cpu-load`` -- ``dist.load_state_dict`` moves every tensor it reshards to the GPU with
   ``Tensor.cuda()`` ("ValueError: No available device found." on CPU builds); on CPU the load
   runs with ``cuda()`` keeping tensors where they are, so a checkpoint saved under one plan loads
@@ -61,7 +64,7 @@ from ..errors import CompatError
 from .backend import GLOO, backend_of, note_once
 from .gloo_groups import _gloo_group_store_apply, _has_gloo_groups, group_store
 from .gloo_p2p import _batch_order_apply, _batch_order_needed
-from . import cpu_collectives, stage1_dense_grads, zero3_gather
+from . import bool_cast_grad, cpu_collectives, stage1_dense_grads, zero3_gather
 from .version import require_paddle
 
 
@@ -277,6 +280,10 @@ FIXES: dict[str, Fix] = {
         Fix("stage1-dense-grads",
             "ShardingStage1's gradient reshard keeps the gradient of a plain (non-dist) parameter as it is "
             "instead of failing on its missing process_mesh", stage1_dense_grads.needed, stage1_dense_grads.apply),
+        Fix("bool-cast-grad",
+            "a cast to bool passes no gradient (Paddle passes the incoming one through: MoE dispatch masks "
+            "built by x.cast(bool).cast(x.dtype) made every gradient upstream of them wrong)",
+            bool_cast_grad.needed, bool_cast_grad.apply),
         Fix("checkpoint-cpu-load",
             "dist.load_state_dict reshards on CPU instead of calling Tensor.cuda()",
             _cpu_only, _checkpoint_apply),
