@@ -13,6 +13,13 @@ modes: Paddle alone, after ``paddle_ext.install()``, after ``install()`` + ``ena
 Scenario functions live in the family modules ``scenario_ranks_{reshard,ops,train}.py``; each
 returns ``(outputs, dense)``: ``outputs`` maps a name to :func:`rec` of a tensor (local value,
 placements, mesh), ``dense`` maps the same name to the single-process numpy value.
+
+Training scenarios also give, per parameter, keys the parent checks by kind (:func:`classify`):
+``init:<p>`` (the initial weight: bit-identical to the dense model's), ``grad:<p>`` (the first
+step's gradient) and ``step1:<p>`` (the weight after that step: its update, ``step1 - init``,
+against the dense update). A gradient or update passes when its max relative error (largest
+element difference over the dense tensor's largest magnitude) is <= ``GRAD_RTOL`` and its norm
+ratio (global norm over the dense norm) is within ``GRAD_RTOL`` of 1.
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ import numpy as np
 
 MODES = ("alone", "install", "enable")
 NPROC = 2
+GRAD_RTOL = 1e-5   # gradients and updates: max relative error, and |norm ratio - 1|
 
 
 # ---------------------------------------------------------------- rank side
@@ -116,6 +124,7 @@ class Outcome:
     status: str                # "pass" | "error" | "crash" | "wrong"
     detail: str = ""
     values: dict = field(default_factory=dict)
+    grads: dict = field(default_factory=dict)   # "grad:<p>" / "update:<p>" -> (max rel err, norm ratio)
 
 
 def assemble(recs: list):
@@ -154,8 +163,32 @@ def assemble(recs: list):
     return out
 
 
+def grad_error(got, want) -> tuple[float, float]:
+    """(max relative error, norm ratio) of ``got`` against the dense ``want``: the largest element
+    difference over ``want``'s largest magnitude, and ``|got| / |want|`` (float64; 1.0 and 0.0
+    when both are zero).
+
+    >>> grad_error(np.array([2.0, -4.0]), np.array([1.0, -2.0]))
+    (1.0, 2.0)
+    """
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    scale, norm = np.abs(want).max(initial=0.0), np.linalg.norm(want)
+    diff = np.abs(got - want).max(initial=0.0)
+    if scale == 0.0:
+        return (float(diff), 1.0 if np.linalg.norm(got) == 0.0 else float("inf"))
+    return float(diff / scale), float(np.linalg.norm(got) / norm)
+
+
+def grad_ok(rel: float, ratio: float) -> bool:
+    return rel <= GRAD_RTOL and abs(ratio - 1.0) <= GRAD_RTOL
+
+
 def classify(per_rank: list, rtol=1e-5, atol=1e-6) -> Outcome:
-    """One scenario's per-rank results -> pass (global values match dense) / error / wrong."""
+    """One scenario's per-rank results -> pass (global values match dense) / error / wrong.
+
+    Keys by kind: ``init:`` must equal dense bit for bit; ``grad:`` and ``step1:`` (as the update
+    ``step1 - init``) must pass :func:`grad_ok`, each measured in ``Outcome.grads``; any other key
+    must be ``allclose`` to dense. Every key is checked; ``detail`` names each that fails."""
     if any(r is None for r in per_rank):
         return Outcome("crash", "a rank gave no result")
     errors = [r[1] for r in per_rank if r[0] == "error"]
@@ -163,20 +196,42 @@ def classify(per_rank: list, rtol=1e-5, atol=1e-6) -> Outcome:
         return Outcome("error", errors[0])
     outputs = [r[1] for r in per_rank]
     dense = per_rank[0][2]
-    values = {}
-    for key in dense:
+    values, grads, wrong = {}, {}, []
+    for key in sorted(dense, key=lambda k: not k.startswith("init:")):   # inits first (updates use them)
         try:
             got = assemble([o[key] for o in outputs])
         except AssertionError as exc:
-            return Outcome("wrong", f"{key}: {exc}")
+            wrong.append(f"{key}: {exc}")
+            continue
         want = np.asarray(dense[key])
         if got.shape != want.shape and got.size == want.size == 1:
             got = got.reshape(want.shape)
-        if got.shape != want.shape or not np.allclose(got, want, rtol=rtol, atol=atol):
-            diff = np.abs(got.astype(np.float64) - want).max() if got.shape == want.shape else "shape"
-            return Outcome("wrong", f"{key}: differs from dense (max |diff| {diff})")
         values[key] = got
-    return Outcome("pass", values=values)
+        if got.shape != want.shape:
+            wrong.append(f"{key}: shape {list(got.shape)} != dense {list(want.shape)}")
+        elif key.startswith("init:"):
+            if not np.array_equal(got, want):
+                wrong.append(f"{key}: initial weight not bit-identical to the dense model's")
+        elif key.startswith(("grad:", "step1:")):
+            label = key
+            if key.startswith("step1:"):
+                name = key.split(":", 1)[1]
+                label = f"update:{name}"
+                init = values.get(f"init:{name}")
+                if init is None:
+                    wrong.append(f"{key}: no init:{name} to measure the update from")
+                    continue
+                got, want = got.astype(np.float64) - init, want.astype(np.float64) - np.asarray(dense[f"init:{name}"])
+            rel, ratio = grad_error(got, want)
+            grads[label] = (rel, ratio)
+            if not grad_ok(rel, ratio):
+                wrong.append(f"{label}: max rel err {rel:.2e}, norm ratio {ratio:.6f}")
+        elif not np.allclose(got, want, rtol=rtol, atol=atol):
+            diff = np.abs(got.astype(np.float64) - want).max()
+            wrong.append(f"{key}: differs from dense (max |diff| {diff})")
+    if wrong:
+        return Outcome("wrong", "; ".join(wrong), values, grads)
+    return Outcome("pass", values=values, grads=grads)
 
 
 def same_as_alone(alone: Outcome, other: Outcome, exact: bool) -> str | None:
@@ -199,7 +254,7 @@ def _crash_reason(exc) -> str:
     return str(exc).splitlines()[0][:300]
 
 
-def _launch(mode, names, log_root: Path, timeout: float) -> tuple[dict, str | None]:
+def _launch(mode, names, log_root: Path, timeout: float, env: dict | None = None) -> tuple[dict, str | None]:
     """One launch of ``names``; per-scenario per-rank results read back from disk."""
     from paddle_ext.errors import HarnessError
     from paddle_ext.testing import run_ranks
@@ -208,7 +263,7 @@ def _launch(mode, names, log_root: Path, timeout: float) -> tuple[dict, str | No
     failure = None
     try:
         run_ranks(run_scenarios, nproc=NPROC, args=(mode, list(names), str(out)), timeout=timeout,
-                  log_dir=out / "log")
+                  log_dir=out / "log", env=env)
     except HarnessError as exc:
         failure = _crash_reason(exc)
     results = {}
@@ -226,9 +281,11 @@ def _symmetric(per_rank) -> bool:
     return len(kinds) == 1 and (kinds != {"error"} or len({r[1] for r in per_rank}) == 1)
 
 
-def run_mode(mode: str, names: list, log_root: str | os.PathLike, batch_timeout: float = 240.0) -> dict:
-    """Every scenario of ``names`` in ``mode``: batches per process state, one launch per isolated
-    scenario; a batch whose rank failed or diverged is resumed after that scenario in a new launch."""
+def run_mode(mode: str, names: list, log_root: str | os.PathLike, batch_timeout: float = 240.0,
+             env: dict | None = None) -> dict:
+    """Every scenario of ``names`` in ``mode``, in the order given: batches per process state, one
+    launch per isolated scenario; a batch whose rank failed or diverged is resumed after that
+    scenario in a new launch. ``env`` is added to the ranks' environment."""
     table = _registry()
     log_root = Path(log_root)
     log_root.mkdir(parents=True, exist_ok=True)
@@ -241,7 +298,7 @@ def run_mode(mode: str, names: list, log_root: str | os.PathLike, batch_timeout:
     for key, queue in queues.items():
         timeout = table[queue[0]].timeout if key.startswith("isolated") else batch_timeout
         while queue:
-            results, failure = _launch(mode, queue, log_root, timeout)
+            results, failure = _launch(mode, queue, log_root, timeout, env)
             done = 0
             for n in queue:
                 per_rank = results[n]

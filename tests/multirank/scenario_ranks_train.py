@@ -6,6 +6,15 @@ levels, ``pp_config``), pipelining (PP_Schedules_demo.py), ``dist.to_static``
 (semi_auto_parallel_dist_to_static_api.py) and checkpoint save/load
 (semi_auto_save_state_dict.py / semi_auto_load_state_dict.py). Each in the process state its file
 uses: only the AMP O2 variant and the pipeline schedules call ``dist.init_parallel_env()``.
+
+Gradients, not only losses: after the file's own training (AdamW; AdamW's update does not see a
+gradient's scale), each shard_optimizer and ``dist.parallelize`` scenario builds its model again
+from the same seed, wrapped the same way but with SGD (``PROBE_LR``), and takes one step, on the
+ranks and in one dense process: per parameter the initial weight (``init:``, bit for bit), the
+gradient (``grad:``) and the weight after the step (``step1:``: its update ``-lr * grad`` is what
+the wrapped optimizer applied), assembled by their placements and checked by
+``scenario_ranks.classify``. ``GRAD_SCALE_ENV`` scales named gradients on the ranks (the tests of
+the tests: the checks must then fail).
 """
 from __future__ import annotations
 
@@ -16,6 +25,8 @@ import numpy as np
 from scenario_ranks import Scenario, rec
 
 STEPS = 3
+PROBE_LR = 1.0   # SGD's update is -lr * grad: at lr 1 it stands well above a weight's rounding
+GRAD_SCALE_ENV = "PADDLE_EXT_TEST_GRAD_SCALE"   # "<param>=<factor>,...": the tests of the tests
 
 
 def _cpu():
@@ -24,35 +35,91 @@ def _cpu():
     paddle.set_device("cpu")
 
 
+def _grad_scales() -> dict:
+    """``GRAD_SCALE_ENV="weight=2,bias=0.5@step"`` -> {"weight": (2.0, "grad"), "bias": (0.5, "step")}:
+    a factor for a parameter's gradient, applied before it is recorded (``grad``, the default) or
+    after, just before the optimizer's step (``@step``: only the applied update sees it)."""
+    out = {}
+    for item in os.environ.get(GRAD_SCALE_ENV, "").split(","):
+        if item.strip():
+            name, value = item.split("=")
+            factor, _, when = value.partition("@")
+            out[name.strip()] = (float(factor), when or "grad")
+    return out
+
+
+def _scale(p, factor):
+    """Multiply ``p``'s global gradient by ``factor`` (every rank's local value, whatever the placement)."""
+    (p.grad._local_value() if p.grad.is_dist() else p.grad).scale_(factor)
+
+
+def _snap(t, distributed):
+    """A copy of ``t`` as the parent needs it: :func:`rec` on the ranks, numpy in the dense run."""
+    return rec(t) if distributed else np.array(t.numpy(), copy=True)
+
+
+def sgd_probe(named, backward, opt, distributed) -> dict:
+    """One step of ``opt`` (SGD, wrapped as the scenario wraps its optimizer): per parameter of
+    ``named`` ((name, param) pairs) its initial value, its gradient after ``backward()`` and its
+    value after the step. On the ranks, the gradients named by ``GRAD_SCALE_ENV`` are scaled
+    before they are recorded and applied (or, ``@step``, applied only)."""
+    named = list(named)
+    out = {f"init:{n}": _snap(p, distributed) for n, p in named}
+    backward()
+    scales = _grad_scales() if distributed else {}   # names of other scenarios' models: ignored
+    for n, p in named:
+        if scales.get(n, (1.0, ""))[1] == "grad":
+            _scale(p, scales[n][0])
+        out[f"grad:{n}"] = _snap(p.grad, distributed)
+        if scales.get(n, (1.0, ""))[1] == "step":
+            _scale(p, scales[n][0])
+    opt.step()
+    opt.clear_grad()
+    out.update({f"step1:{n}": _snap(p, distributed) for n, p in named})
+    return out
+
+
 def sharding(stage, multi_mesh=False):
     """shard_optimizer(AdamW, ShardingStage<n>("dp", mesh)) on Linear(10,10), input S0 on dp,
-    5 steps of ``linear(batch).backward()``; weight and bias against the single-card run."""
+    5 steps of ``linear(batch).backward()``; weight and bias against the single-card run. Then
+    the same with SGD for one step: gradients and update against dense (:func:`sgd_probe`)."""
     import paddle
     import paddle.distributed as dist
 
     _cpu()
     mesh = dist.ProcessMesh([0, 1], dim_names=["dp"])
 
-    def train(sharded):
+    def build(sharded, make_opt):
         paddle.seed(2023)
         linear = paddle.nn.Linear(10, 10)
         batch = paddle.rand([10, 10])
-        opt = paddle.optimizer.AdamW(parameters=linear.parameters())
+        opt = make_opt(linear.parameters())
         if sharded:
             dist.auto_parallel.set_mesh(dist.ProcessMesh([[0, 1]], dim_names=["pp", "dp"]) if multi_mesh else mesh)
             batch = dist.shard_tensor(batch, mesh, [dist.Shard(0)])
             cls = getattr(dist, f"ShardingStage{stage}")
             opt = dist.shard_optimizer(opt, cls(sharding_mesh_dim="dp") if multi_mesh else cls("dp", mesh))
+        return linear, batch, opt
+
+    def train(sharded):
+        linear, batch, opt = build(sharded, lambda ps: paddle.optimizer.AdamW(parameters=ps))
         for _ in range(5):
             linear(batch).backward()
             opt.step()
             opt.clear_grad()
         return linear
 
+    def probe(sharded):
+        linear, batch, opt = build(sharded, lambda ps: paddle.optimizer.SGD(PROBE_LR, parameters=ps))
+        return sgd_probe(linear.named_parameters(), lambda: linear(batch).backward(), opt, sharded)
+
     dense = train(False)
     model = train(True)
-    return ({"weight": rec(model.weight), "bias": rec(model.bias)},
-            {"weight": dense.weight.numpy(), "bias": dense.bias.numpy()})
+    outputs = {"weight": rec(model.weight), "bias": rec(model.bias)}
+    want = {"weight": dense.weight.numpy(), "bias": dense.bias.numpy()}
+    want.update(probe(False))
+    outputs.update(probe(True))
+    return outputs, want
 
 
 def sharding_amp_o2():
@@ -210,8 +277,9 @@ def _lm(paddle, vocab=32, hidden=16):
 
 def parallelize(plan):
     """hybrid_strategy/parallel_api.py: dist.parallelize(model, optimizer, mesh, config) with an
-    mp plan (ColWise/RowWise), a sequence-parallel plan, dp_config sharding_level 0..3 or
-    pp_config; 3 AdamW steps of a 2-layer LM; losses against the same model dense."""
+    mp plan (ColWise/RowWise), a sequence-parallel plan, dp_config sharding levels 0..3 or
+    pp_config; 3 AdamW steps of a 2-layer LM; losses against the same model dense. Then the same
+    with SGD for one step: gradients and update against dense (:func:`sgd_probe`)."""
     import paddle
     import paddle.distributed as dist
 
@@ -220,13 +288,16 @@ def parallelize(plan):
     ids = rng.integers(0, 32, size=(STEPS, 4, 8)).astype("int64")
     labels = rng.integers(0, 32, size=(STEPS, 4, 8)).astype("int64")
 
+    def loss_of(model, s, shard=None):
+        x, y = paddle.to_tensor(ids[s]), paddle.to_tensor(labels[s])
+        if shard:
+            x, y = shard(x), shard(y)
+        return paddle.nn.functional.cross_entropy(model(x), y.unsqueeze(-1)).mean()
+
     def train(model, opt, shard=None):
         out = []
         for s in range(STEPS):
-            x, y = paddle.to_tensor(ids[s]), paddle.to_tensor(labels[s])
-            if shard:
-                x, y = shard(x), shard(y)
-            loss = paddle.nn.functional.cross_entropy(model(x), y.unsqueeze(-1)).mean()
+            loss = loss_of(model, s, shard)
             loss.backward()
             opt.step()
             opt.clear_grad()
@@ -241,8 +312,6 @@ def parallelize(plan):
     mesh = dist.ProcessMesh(np.arange(2).reshape(shape).tolist(), dim_names=["dp", "pp", "mp"]) if shape \
         else dist.ProcessMesh([0, 1], dim_names=["dp"])
     dist.auto_parallel.set_mesh(mesh)
-    model = _lm(paddle)
-    opt = paddle.optimizer.AdamW(0.01, parameters=model.parameters())
     config, shard = {}, None
     if kind == "mp":
         config["mp_config"] = {"parallelize_plan": {
@@ -264,9 +333,23 @@ def parallelize(plan):
             return dist.shard_tensor(t, mesh, [dist.Shard(0)])
     else:
         config["pp_config"] = {"split_spec": "layers"}
-    model, opt = dist.parallelize(model, opt, config=config)
+    model = _lm(paddle)
+    model, opt = dist.parallelize(model, paddle.optimizer.AdamW(0.01, parameters=model.parameters()),
+                                  config=config)
     got = train(model, opt, shard)
-    return {f"loss{i}": rec(x) for i, x in enumerate(got)}, {f"loss{i}": x.numpy() for i, x in enumerate(dense)}
+    outputs = {f"loss{i}": rec(x) for i, x in enumerate(got)}
+    want = {f"loss{i}": x.numpy() for i, x in enumerate(dense)}
+
+    dense_model = _lm(paddle)
+    want.update(sgd_probe(dense_model.named_parameters(), lambda: loss_of(dense_model, 0).backward(),
+                          paddle.optimizer.SGD(PROBE_LR, parameters=dense_model.parameters()), False))
+    model = _lm(paddle)
+    names = {id(p): n for n, p in model.named_parameters()}   # the dense model's names
+    model, opt = dist.parallelize(model, paddle.optimizer.SGD(PROBE_LR, parameters=model.parameters()),
+                                  config=config)
+    named = [(names.get(id(p), n), p) for n, p in model.named_parameters()]
+    outputs.update(sgd_probe(named, lambda: loss_of(model, 0, shard).backward(), opt, True))
+    return outputs, want
 
 
 def pipeline(schedule):
