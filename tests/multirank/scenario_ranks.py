@@ -137,6 +137,12 @@ def assemble(recs: list):
                 raise AssertionError("a dense value differs between ranks")
         return recs[0][1]
     _, _, pls, shape, ids, _gshape = recs[0]
+    # Paddle leaves a parameter's trailing Replicates out of its placements (and a 1-D sub-mesh's
+    # parameter may list one per tensor dim): one per mesh dim, the missing ones Replicate
+    extra = [p for p in pls[len(shape):] if p[0] != "R"]
+    if extra:
+        raise AssertionError(f"placements {pls} name more mesh dims than the mesh {shape} has")
+    pls = list(pls[:len(shape)]) + [("R",)] * (len(shape) - len(pls))
     grid = np.array(ids).reshape(shape)
     parts = {c: recs[int(grid[c])][1] for c in np.ndindex(*shape)}
     for axis in reversed(range(len(shape))):

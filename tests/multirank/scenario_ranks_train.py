@@ -58,15 +58,17 @@ def _snap(t, distributed):
     return rec(t) if distributed else np.array(t.numpy(), copy=True)
 
 
-def sgd_probe(named, backward, opt, distributed) -> dict:
+def sgd_probe(named, backward, opt, distributed, scales=None) -> dict:
     """One step of ``opt`` (SGD, wrapped as the scenario wraps its optimizer): per parameter of
     ``named`` ((name, param) pairs) its initial value, its gradient after ``backward()`` and its
-    value after the step. On the ranks, the gradients named by ``GRAD_SCALE_ENV`` are scaled
-    before they are recorded and applied (or, ``@step``, applied only)."""
+    value after the step. On the ranks, the gradients named by ``scales`` (default: by
+    ``GRAD_SCALE_ENV``; see :func:`_grad_scales`) are scaled before they are recorded and applied
+    (or, ``@step``, applied only)."""
     named = list(named)
     out = {f"init:{n}": _snap(p, distributed) for n, p in named}
     backward()
-    scales = _grad_scales() if distributed else {}   # names of other scenarios' models: ignored
+    if scales is None:   # names of other scenarios' models: ignored
+        scales = _grad_scales() if distributed else {}
     for n, p in named:
         if scales.get(n, (1.0, ""))[1] == "grad":
             _scale(p, scales[n][0])

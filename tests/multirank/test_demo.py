@@ -1,4 +1,12 @@
-"""The demo: every documented plan matches the single-process run; bad requests fail cleanly."""
+"""The demo: every documented plan matches the single-process run, in losses and in gradients;
+bad requests fail cleanly.
+
+Gradients: per plan, one SGD step of its layout (``demo_ranks._probe``) against the same GPT
+dense in this process (initial weights bit for bit; each parameter's gradient and applied update
+to 1e-5 max relative error, norm ratio within 1e-5 of 1: ``scenario_ranks.classify``). AdamW,
+the demo's optimizer, cannot see a gradient's scale; the losses stay as the second check.
+"""
+import functools
 import subprocess
 import sys
 
@@ -6,27 +14,118 @@ import numpy as np
 import pytest
 
 import demo_ranks
+import scenario_ranks as sr
 from paddle_ext.demo.plans import PLANS, parse_plan
 from paddle_ext.demo.train import RunConfig, reference_losses
 from paddle_ext.testing import run_ranks
 
 pytestmark = pytest.mark.multirank
 STEPS = 3
-
-
 # the 4-rank plans are the long tail (the default demo, a 4-rank plan, runs in CI end to end)
-@pytest.mark.parametrize("world", [pytest.param(w, marks=pytest.mark.long_tail) if w == 4 else w
-                                   for w in sorted({parse_plan(p).world_size for p in PLANS})])
-def test_every_documented_plan_matches_dense(world, tmp_path):
-    plans = [p for p in PLANS if parse_plan(p).world_size == world]
-    results = run_ranks(demo_ranks.run_plans, nproc=world, args=(plans, STEPS, "ZBV"), timeout=600,
-                        log_dir=tmp_path / "log")
+WORLDS = [pytest.param(w, marks=pytest.mark.long_tail) if w == 4 else w
+          for w in sorted({parse_plan(p).world_size for p in PLANS})]
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    """world -> every plan of that world size, run in one launch (cached per module)."""
+    @functools.lru_cache(maxsize=None)
+    def run(world):
+        plans = [p for p in PLANS if parse_plan(p).world_size == world]
+        results = run_ranks(demo_ranks.run_plans, nproc=world, args=(plans, STEPS, "ZBV"), timeout=600,
+                            log_dir=tmp_path_factory.mktemp(f"demo{world}") / "log")
+        return plans, results
+    return run
+
+
+def _plan_results(launched, world):
+    plans, results = launched(world)
+    for plan in plans:
+        for rank, per_rank in enumerate(results):
+            assert not isinstance(per_rank[plan], str), f"{plan} on rank {rank}: {per_rank[plan]}"
+    return plans, results
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_every_documented_plan_matches_dense(launched, world):
+    plans, results = _plan_results(launched, world)
     ref = reference_losses(RunConfig(steps=STEPS))
     for plan in plans:
         for rank, per_rank in enumerate(results):
-            got = per_rank[plan]
-            assert not isinstance(got, str), f"{plan} on rank {rank}: {got}"
-            np.testing.assert_allclose(got, ref, rtol=1e-4, err_msg=f"{plan} on rank {rank}")
+            np.testing.assert_allclose(per_rank[plan]["losses"], ref, rtol=1e-4, err_msg=f"{plan} on rank {rank}")
+
+
+@functools.lru_cache(maxsize=None)
+def _dense_probe(plan_name):
+    """One SGD step of the same GPT on the whole batch in this process: no mesh, no paddle-ext."""
+    import paddle
+
+    from paddle_ext.demo.data import make_batches
+    from paddle_ext.demo.model import build_model, lm_loss
+    from paddle_ext.demo.train import model_for
+    from scenario_ranks_train import sgd_probe
+
+    cfg, mcfg = RunConfig(plan=plan_name), model_for(parse_plan(plan_name))
+    x, y = make_batches(1, cfg.batch, mcfg.seq_len, mcfg.vocab, cfg.seed)[0]
+    model = build_model(mcfg, cfg.seed)
+    opt = paddle.optimizer.SGD(demo_ranks.PROBE_LR, parameters=model.parameters())
+    return sgd_probe(model.named_parameters(),
+                     lambda: lm_loss(model(paddle.to_tensor(x)), paddle.to_tensor(y)).backward(), opt, False)
+
+
+def _fill(per_rank: list) -> list:
+    """Each rank's records with every key, for ``scenario_ranks.assemble``: a parameter a rank does
+    not hold (another pipeline stage's) gets its holders' placements and no local value; a plain
+    tensor held by one rank only (a pipeline stage without a sub-mesh) is that rank's 1-rank mesh."""
+    out = [dict(d) for d in per_rank]
+    for key in {k for d in per_rank for k in d}:
+        holders = [r for r, d in enumerate(per_rank) if key in d]
+        first = per_rank[holders[0]][key]
+        if first[0] == "A":
+            if len(holders) == len(per_rank):
+                continue
+            assert len(holders) == 1, f"{key}: a plain tensor on ranks {holders}"
+            first = ("T", first[1], [("R",)], [1], holders, list(first[1].shape))
+            out[holders[0]][key] = first
+        for r, d in enumerate(out):
+            d.setdefault(key, first[:1] + (None,) + first[2:])
+    return out
+
+
+def _classify(results, plan, which):
+    dense = _dense_probe(plan)
+    per_rank = _fill([r[plan][which] for r in results])
+    assert set(per_rank[0]) == set(dense), f"{plan}: parameters differ from dense: {set(per_rank[0]) ^ set(dense)}"
+    return sr.classify([("ok", d, dense) for d in per_rank])
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_every_documented_plan_has_dense_gradients(launched, world):
+    """Per plan and parameter: the initial weight bit for bit, the first step's gradient and the
+    SGD update, assembled from every rank by their placements, against the dense model."""
+    plans, results = _plan_results(launched, world)
+    bad = []
+    for plan in plans:
+        o = _classify(results, plan, "probe")
+        n = sum(1 for k in o.grads if k.startswith("grad:"))
+        if o.status != "pass" or n != len(_dense_probe(plan)) // 3:
+            bad.append(f"{plan}: {o.status} ({n} parameters measured): {o.detail[:600]}")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("plan", sorted(demo_ranks.MUTATE))
+def test_a_scaled_gradient_fails_the_demo_checks(launched, plan):
+    """The test of the tests: one gradient x2 and one x0.5 (before it is recorded, or only in the
+    step) fail exactly those parameters' checks; every other parameter still passes."""
+    _, results = _plan_results(launched, parse_plan(plan).world_size)
+    o = _classify(results, plan, "mutated")
+    assert o.status == "wrong", f"{plan}: a x2 and a x0.5 gradient passed"
+    failing = {label: ratio for label, (rel, ratio) in o.grads.items() if not sr.grad_ok(rel, ratio)}
+    want = {f"{kind}:{n}": factor for n, (factor, when) in demo_ranks.MUTATE[plan].items()
+            for kind in (("grad", "update") if when == "grad" else ("update",))}
+    assert set(failing) == set(want), (plan, failing)
+    for label, ratio in failing.items():
+        assert ratio == pytest.approx(want[label], rel=1e-4), (plan, label, ratio)
 
 
 def test_an_odd_world_plan_matches_dense(tmp_path):
