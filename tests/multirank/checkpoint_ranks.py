@@ -48,6 +48,29 @@ def _full_state(parallel):
     return model, opt
 
 
+def _record_next_step(parallel) -> dict:
+    """Record the next optimizer step, as each rank holds it: per parameter (the model's structured
+    names) its value before the step (``init:``), its gradient (``grad:``) and its value after
+    (``step1:``), and the optimizer's state before the step (``opt:<name>/<kind>``). The step
+    runs unchanged: the optimizer's ``step`` is wrapped on this instance for one call (a step
+    that never comes leaves the records empty, which the test reports)."""
+    from scenario_ranks import rec
+
+    opt, out = parallel.optimizer, {}
+    named = list(_model_state(parallel).items())
+
+    def step():
+        del vars(opt)["step"]   # the class's step again
+        out.update({f"init:{n}": rec(p) for n, p in named})
+        out.update({f"grad:{n}": rec(p.grad) for n, p in named})
+        out.update({f"opt:{k}": rec(v) for k, v in _opt_state(parallel).items() if hasattr(v, "is_dist")})
+        opt.step()
+        out.update({f"step1:{n}": rec(p) for n, p in named})
+
+    vars(opt)["step"] = step   # not opt.step = ...: shard_optimizer's wrapper forwards attribute writes
+    return out
+
+
 def train_save_continue(plan_name, steps_before, steps_after, path):
     """Train, save model and optimizer with dist.save_state_dict, then keep training."""
     import paddle.distributed as dist
@@ -58,12 +81,13 @@ def train_save_continue(plan_name, steps_before, steps_after, path):
 
     parallel = _setup(plan_name, seed=0)
     batches = make_batches(steps_before + steps_after, 8, CFG.seq_len, CFG.vocab, seed=0)
+    first_step = _record_next_step(parallel)   # the first step, from the seed's weights
     before = [parallel.train_step(x, y) for x, y in batches[:steps_before]]
     dist.save_state_dict(_model_state(parallel), os.path.join(path, "model"))
     dist.save_state_dict(_opt_state(parallel), os.path.join(path, "opt"))
     saved = _full_state(parallel)
     after = [parallel.train_step(x, y) for x, y in batches[steps_before:]]
-    return {"before": before, "after": after, "state": saved}
+    return {"before": before, "after": after, "state": saved, "first_step": first_step}
 
 
 def load_continue(plan_name, steps_before, steps_after, path, save_to=None, try_without_fix=False):
@@ -88,8 +112,9 @@ def load_continue(plan_name, steps_before, steps_after, path, save_to=None, try_
     if save_to is not None:  # the next link of a chain loads what this plan writes
         dist.save_state_dict(_model_state(parallel), os.path.join(save_to, "model"))
         dist.save_state_dict(_opt_state(parallel), os.path.join(save_to, "opt"))
+    first_step = _record_next_step(parallel)   # the first step from the loaded weights and state
     after = [parallel.train_step(x, y) for x, y in batches[steps_before:]]
-    return {"after": after, "state": loaded, "without_fix": without_fix}
+    return {"after": after, "state": loaded, "without_fix": without_fix, "first_step": first_step}
 
 
 def _load_without_cpu_fix(parallel, path):

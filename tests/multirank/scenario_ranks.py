@@ -169,6 +169,26 @@ def assemble(recs: list):
     return out
 
 
+def fill_missing(per_rank: list) -> list:
+    """Each rank's :func:`rec` dict with every key, for :func:`assemble`: a tensor a rank does not
+    hold (another pipeline stage's) gets its holders' placements and no local value; a plain
+    tensor held by one rank only (a pipeline stage without a sub-mesh) is that rank's 1-rank mesh."""
+    out = [dict(d) for d in per_rank]
+    for key in {k for d in per_rank for k in d}:
+        holders = [r for r, d in enumerate(per_rank) if key in d]
+        first = per_rank[holders[0]][key]
+        if first[0] == "A":
+            if len(holders) == len(per_rank):
+                continue
+            if len(holders) != 1:
+                raise AssertionError(f"{key}: a plain tensor on ranks {holders} only")
+            first = ("T", first[1], [("R",)], [1], holders, list(first[1].shape))
+            out[holders[0]][key] = first
+        for d in out:
+            d.setdefault(key, first[:1] + (None,) + first[2:])
+    return out
+
+
 def grad_error(got, want) -> tuple[float, float]:
     """(max relative error, norm ratio) of ``got`` against the dense ``want``: the largest element
     difference over ``want``'s largest magnitude, and ``|got| / |want|`` (float64; 1.0 and 0.0

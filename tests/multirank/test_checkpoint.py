@@ -1,10 +1,21 @@
-"""Checkpoints across plans: Paddle's save/load_state_dict on CPU ranks, bit-exact, training continues."""
+"""Checkpoints across plans: Paddle's save/load_state_dict on CPU ranks, bit-exact, training continues.
+
+Training continues on gradients, not only on losses: the first step of the saving plan (from the
+seed's weights) and the first step of every loading plan after its load (from the loaded weights
+and AdamW state) are recorded on the ranks (``checkpoint_ranks._record_next_step``) and checked,
+per parameter, against the same step of the GPT dense in this process with the same weights and
+optimizer state: the gradient, and the update AdamW applied (against the dense AdamW applying
+the run's gradient from that state: see ``_dense_step``), max relative error and norm ratio
+(``scenario_ranks.classify``).
+"""
 import functools
 
 import numpy as np
 import pytest
 
 import checkpoint_ranks as cr
+import scenario_ranks as sr
+from paddle_ext.demo.data import make_batches
 from paddle_ext.demo.plans import parse_plan
 from paddle_ext.demo.train import RunConfig, reference_losses
 from paddle_ext.errors import HarnessError
@@ -82,6 +93,98 @@ def test_checkpoint_across_plans(chain, link):
     # and it trains on like the dense single-process run from the checkpoint's step (its own
     # init and first step were overwritten by the load)
     np.testing.assert_allclose(loaded[0]["after"], _dense_losses()[BEFORE:], rtol=1e-5)
+
+
+def _assembled(per_rank: list) -> dict:
+    """Every record of the ranks' ``first_step``, assembled to its global value by placements."""
+    filled = sr.fill_missing([r["first_step"] for r in per_rank])
+    return {k: sr.assemble([d[k] for d in filled]) for k in filled[0]}
+
+
+def _dense_step(step: int, start: dict | None, run_grads: dict) -> dict:
+    """Step ``step`` of the GPT dense in this process with AdamW: from the seed's weights (``start``
+    None) or from ``start``'s ``init:`` weights and ``opt:`` AdamW state. Returns per parameter
+    ``init:`` (the weights it starts from), ``grad:`` (its own gradient) and ``step1:``: the
+    weights after AdamW applied ``run_grads`` (the run's gradients, assembled) from that state.
+
+    The update is checked from the run's gradient, which ``grad:`` checks against the dense one on
+    its own: AdamW's step divides by ``sqrt(v) + eps``, so from two gradients equal to 1e-7 the
+    updates of near-zero elements differ by far more; from the same gradient and state any
+    difference is the optimizer's (its sharded states, ZeRO's reshards, a rescaled gradient)."""
+    import paddle
+
+    from paddle_ext.checkpoint import optimizer_state
+    from paddle_ext.demo.model import build_model, lm_loss
+
+    model = build_model(cr.CFG, seed=0)
+    named = list(model.named_parameters())
+    opt = paddle.optimizer.AdamW(cr.LR, parameters=model.parameters())
+    if start is not None:
+        for name, p in named:
+            p.set_value(start[f"init:{name}"])
+        # the run's optimizer state, under the dense optimizer's own keys (internal names)
+        kinds = {k.rsplit("/", 1)[1] for k in start if k.startswith("opt:")}
+        keys = optimizer_state(dict(named), {f"{p.name}_{kind}": f"{p.name}_{kind}"
+                                             for p in model.parameters() for kind in kinds})
+        opt.set_state_dict({keys[k[4:]]: paddle.to_tensor(v) for k, v in start.items() if k.startswith("opt:")})
+    out = {f"init:{n}": np.array(p.numpy(), copy=True) for n, p in named}
+    x, y = make_batches(BEFORE + AFTER, 8, cr.CFG.seq_len, cr.CFG.vocab, seed=0)[step]
+    lm_loss(model(paddle.to_tensor(x)), paddle.to_tensor(y)).backward()
+    for n, p in named:
+        out[f"grad:{n}"] = np.array(p.grad.numpy(), copy=True)
+        p.grad.set_value(paddle.to_tensor(run_grads[f"grad:{n}"]))
+    opt.step()
+    out.update({f"step1:{n}": np.array(p.numpy(), copy=True) for n, p in named})
+    if start is not None:   # every optimizer state the run had was used
+        assert not opt._accumulators_holder, sorted(opt._accumulators_holder)[:5]
+    return out
+
+
+def _check_step(per_rank, dense, label):
+    dense_names = {k.split(":", 1)[1] for k in dense if k.startswith("init:")}
+    run_names = {k.split(":", 1)[1] for r in per_rank for k in r["first_step"] if k.startswith("init:")}
+    assert run_names == dense_names, f"{label}: parameters differ from dense: {sorted(run_names ^ dense_names)[:5]}"
+    filled = sr.fill_missing([r["first_step"] for r in per_rank])
+    o = sr.classify([("ok", d, dense) for d in filled])
+    assert o.status == "pass", f"{label}: {o.detail[:800]}"
+    assert len(o.grads) == 2 * len(dense_names), sorted(o.grads)[:4]
+
+
+def test_saving_plan_first_step_matches_dense(chain):
+    """The saving plan's first step from the seed's weights (bit for bit the dense model's):
+    every parameter's gradient and AdamW update."""
+    run = _assembled(chain[0][1])
+    _check_step(chain[0][1], _dense_step(0, None, run), CHAIN[0])
+
+
+@pytest.mark.parametrize("link", range(len(LINKS)), ids=[f"{a}->{b}" for a, b in LINKS])
+def test_training_continues_with_dense_gradients(chain, link):
+    """The loading plan's first step after the load, from the loaded weights and AdamW state:
+    every parameter's gradient and update against the dense model's same step from that state."""
+    (src, dst), (where, loaded) = LINKS[link], chain[link + 1]
+    assert where is not None, f"{src}->{dst}: {loaded}"
+    start = _assembled(loaded)
+    assert any(k.startswith("opt:") for k in start), "no optimizer state recorded"
+    _check_step(loaded, _dense_step(BEFORE, start, start), f"{src}->{dst}")
+
+
+def test_the_continuation_checks_see_a_scaled_gradient(chain):
+    """The test of the tests, on the records of the first link (no launch): the dense AdamW
+    applying a gradient x2 from the loaded state no longer gives the run's update, and a
+    recorded gradient x0.5 no longer matches the dense one; every other parameter still passes."""
+    loaded = chain[1][1]
+    start = _assembled(loaded)
+    doubled, halved = "blocks.1.mlp.up.weight", "head.proj.weight"
+    run_grads = dict(start, **{f"grad:{doubled}": start[f"grad:{doubled}"] * 2})
+    dense = _dense_step(BEFORE, start, run_grads)
+    filled = sr.fill_missing([r["first_step"] for r in loaded])
+    for d in filled:
+        rec = d[f"grad:{halved}"]
+        if rec[1] is not None:
+            d[f"grad:{halved}"] = rec[:1] + (rec[1] * 0.5,) + rec[2:]
+    o = sr.classify([("ok", d, dense) for d in filled])
+    failing = {label for label, (rel, ratio) in o.grads.items() if not sr.grad_ok(rel, ratio)}
+    assert failing == {f"update:{doubled}", f"grad:{halved}"}, failing
 
 
 def test_loader_needs_the_cpu_fix(chain):

@@ -73,28 +73,9 @@ def _dense_probe(plan_name):
                      lambda: lm_loss(model(paddle.to_tensor(x)), paddle.to_tensor(y)).backward(), opt, False)
 
 
-def _fill(per_rank: list) -> list:
-    """Each rank's records with every key, for ``scenario_ranks.assemble``: a parameter a rank does
-    not hold (another pipeline stage's) gets its holders' placements and no local value; a plain
-    tensor held by one rank only (a pipeline stage without a sub-mesh) is that rank's 1-rank mesh."""
-    out = [dict(d) for d in per_rank]
-    for key in {k for d in per_rank for k in d}:
-        holders = [r for r, d in enumerate(per_rank) if key in d]
-        first = per_rank[holders[0]][key]
-        if first[0] == "A":
-            if len(holders) == len(per_rank):
-                continue
-            assert len(holders) == 1, f"{key}: a plain tensor on ranks {holders}"
-            first = ("T", first[1], [("R",)], [1], holders, list(first[1].shape))
-            out[holders[0]][key] = first
-        for r, d in enumerate(out):
-            d.setdefault(key, first[:1] + (None,) + first[2:])
-    return out
-
-
 def _classify(results, plan, which):
     dense = _dense_probe(plan)
-    per_rank = _fill([r[plan][which] for r in results])
+    per_rank = sr.fill_missing([r[plan][which] for r in results])
     assert set(per_rank[0]) == set(dense), f"{plan}: parameters differ from dense: {set(per_rank[0]) ^ set(dense)}"
     return sr.classify([("ok", d, dense) for d in per_rank])
 
