@@ -19,6 +19,15 @@ _connect_paddle_rules()   # the pure SPMD registry reaches Paddle's C++ rules th
 __version__ = "0.1.0"
 
 
+def debug(on: bool = True) -> bool:
+    """Full checks on every ``dist.reshard`` / ``paddle_ext.reshard`` call (``on=True``): each one
+    is validated, planned and checked across ranks again, instead of being served from the fast
+    path's cache (``PADDLE_EXT_DEBUG=1`` does the same from the start). Returns the old setting."""
+    from .reshard.fast import set_debug
+
+    return set_debug(on)
+
+
 def enable(ops=None) -> list:
     """Give the Paddle ops that lack a usable SPMD rule paddle-ext's rules (``paddle.flip``,
     ``F.max_pool2d``, ...): DistTensor calls keep their sharding. See :mod:`paddle_ext.dispatch`."""

@@ -1,6 +1,14 @@
 """Benchmark paddle-ext's dygraph reshard on gloo: bytes vs the minimum, time vs raw gloo.
 
     python tools/bench_reshard.py [--nproc 2 4] [--mib 16] [--repeat 11] [--json out.json]
+    python tools/bench_reshard.py --per-call [--nproc 2] [--sizes-kib 1 4 ... 16384] [--png out.png]
+
+``--per-call``: per transition (S(0)->R, R->S(0), P->R, S(0)->S(1), P->S(0)) and size (1 KiB to
+16 MiB, float32, 1-D mesh of every rank), the time per call of Paddle's own ``dist.reshard`` (the
+original install() keeps) and of ``dist.reshard`` after ``install()``, in one launch, batches
+interleaved round by round (best round of the slowest rank), their ratio, Paddle's all_gather of
+the same tensor, and for S(0)->S(1) both of paddle-ext's ways (exchange, all_gather + slice: the
+crossover of ``fast.GATHER_BELOW``); ``--png`` draws the curves.
 
 For S(0)->R, P->R, P->S(0) and S(0)->S(1) on a float32 tensor of ``--mib`` MiB over a 1-D mesh
 of every rank, each rank times (after a barrier; the variants of one case run interleaved,
@@ -157,6 +165,148 @@ def rank_bench(mib: int, repeat: int) -> dict:
     return out
 
 
+# -- per call: Paddle alone vs install(), 1 KiB to 16 MiB -------------------------------------
+PER_CALL = [("S(0)->R", "[S(0)]", "[R]"), ("R->S(0)", "[R]", "[S(0)]"), ("P->R", "[P(sum)]", "[R]"),
+            ("S(0)->S(1)", "[S(0)]", "[S(1)]"), ("P->S(0)", "[P(sum)]", "[S(0)]")]
+PADDLE_CANNOT = ("S(0)->S(1)", "P->S(0)")   # Paddle 3.3.1 alone on CPU: no all_to_all / reduce_scatter
+SIZES_KIB = [1, 4, 16, 64, 256, 1024, 4096, 16384]
+
+
+def _side(kib: int, n: int) -> tuple[int, int]:
+    """A float32 [rows, cols] of ``kib`` KiB whose dims divide by ``n``."""
+    numel = kib * 256
+    cols = 1 << ((numel.bit_length() - 1) // 2)
+    return numel // cols, cols
+
+
+def _batches(fns: dict, calls: int, rounds: int) -> dict:
+    """Per-call us of each callable (or ``(setup, callable)``): ``rounds`` rounds, in each one
+    batch of ``calls`` calls of every callable in turn after a barrier (interleaved: a load burst
+    hits them alike)."""
+    import paddle.distributed as dist
+
+    times = {k: [] for k in fns}
+    fns = {k: fn if isinstance(fn, tuple) else (None, fn) for k, fn in fns.items()}
+    for setup, fn in fns.values():
+        if setup:
+            setup()
+        fn()
+    for _ in range(rounds):
+        for k, (setup, fn) in fns.items():
+            if setup:   # untimed: e.g. switch paddle-ext's way and fill its cache
+                setup()
+                fn()
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times[k].append((time.perf_counter() - t0) / calls * 1e6)
+    return times
+
+
+def per_call_rank(sizes, rounds: int, budget_ms: float) -> dict:
+    """On this rank: per transition and size, Paddle's own ``dist.reshard`` (kept by install())
+    against ``dist.reshard`` after ``install()``, and references (Paddle's all_gather)."""
+    import paddle
+    import paddle.distributed as dist
+    import paddle_ext
+
+    dist.init_parallel_env()
+    paddle_ext.install()
+    from paddle_ext.compat.convert import to_paddle_placements
+    from paddle_ext.reshard import fast
+    from paddle_ext.reshard.install import original_reshard
+
+    n = dist.get_world_size()
+    mesh = dist.ProcessMesh(list(range(n)))
+    native = original_reshard()
+    out = {"load": os.getloadavg(), "cases": {}}
+    for kib in sizes:
+        shape = list(_side(kib, n))
+        calls = max(3, min(300, int(budget_ms * 1000 / (30 + kib * 2))))
+        for name, a, b in PER_CALL:
+            src, dst = to_paddle_placements(a), to_paddle_placements(b)
+            full = paddle.rand(shape)
+            local = full[:shape[0] // n].contiguous() if "S" in a else full
+            x = paddle.Tensor(local, dims=shape, process_mesh=mesh, placements=src, place=paddle.CPUPlace())
+            fns = {"install()": lambda: dist.reshard(x, mesh, dst)}
+            if name not in PADDLE_CANNOT:
+                fns["Paddle alone"] = lambda: native(x, mesh, dst)
+            if a == "[S(0)]":   # Paddle's own all_gather of the same tensor, two ways
+                parts = [paddle.empty_like(local) for _ in range(n)]
+                fns["dist.all_gather"] = lambda: dist.all_gather(parts, local)
+                fns["stream all_gather"] = lambda: dist.stream.all_gather(paddle.empty(shape), local)
+            if name == "S(0)->S(1)":   # the crossover: exchange vs one all_gather and a slice
+                def way(below):
+                    def setup():
+                        fast.GATHER_BELOW[n] = below
+                        fast.clear()
+                    return setup, lambda: dist.reshard(x, mesh, dst)
+                saved = fast.GATHER_BELOW.get(n, 0)
+                fns["install(): exchange"] = way(0)
+                fns["install(): all_gather+slice"] = way(1 << 40)
+                fns["install()"] = way(saved)
+            out["cases"][(name, kib)] = _batches(fns, calls, rounds)
+    out["load_after"] = os.getloadavg()
+    return out
+
+
+def _per_call_report(res, sizes, png: str | None) -> dict:
+    """The table (per transition and size: best of rounds of the slowest rank) and the PNG."""
+    table = {}
+    print(f"load average before/after (rank 0): {res[0]['load'][0]:.2f} / {res[0]['load_after'][0]:.2f}")
+    print("| transition | size | Paddle alone us | install() us | ratio | all_gather us (dist / stream) | "
+          "install(): exchange / all_gather+slice us |")
+    print("|---|---|---|---|---|---|---|")
+    for name, _, _ in PER_CALL:
+        for kib in sizes:
+            per = [r["cases"][(name, kib)] for r in res]
+            best = {k: min(max(p[k][i] for p in per) for i in range(len(per[0][k]))) for k in per[0]}
+            table[(name, kib)] = best
+            alone = best.get("Paddle alone")
+            ratio = f"{best['install()'] / alone:.2f}" if alone else "Paddle alone cannot"
+            ag = (f"{best['dist.all_gather']:.0f} / {best['stream all_gather']:.0f}"
+                  if "dist.all_gather" in best else "-")
+            var = (f"{best['install(): exchange']:.0f} / {best['install(): all_gather+slice']:.0f}"
+                   if "install(): exchange" in best else "-")
+            size = f"{kib} KiB" if kib < 1024 else f"{kib // 1024} MiB"
+            print(f"| {name} | {size} | {alone:.0f} | {best['install()']:.0f} | {ratio} | {ag} | {var} |"
+                  if alone else f"| {name} | {size} | - | {best['install()']:.0f} | {ratio} | {ag} | {var} |")
+    if png:
+        _plot(table, sizes, png)
+    return table
+
+
+def _plot(table, sizes, png: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for name, _, _ in PER_CALL:
+        ext = [table[(name, k)]["install()"] for k in sizes]
+        ref_key = "Paddle alone" if name not in PADDLE_CANNOT else "dist.all_gather"
+        if ref_key in table[(name, sizes[0])]:
+            ratio = [e / table[(name, k)][ref_key] for e, k in zip(ext, sizes)]
+            label = name if ref_key == "Paddle alone" else f"{name} (vs Paddle's all_gather)"
+            left.plot(sizes, ratio, marker="o", label=label)
+        right.plot(sizes, ext, marker="o", label=f"{name} install()")
+        if name not in PADDLE_CANNOT:
+            right.plot(sizes, [table[(name, k)]["Paddle alone"] for k in sizes], ls="--", marker="x",
+                       label=f"{name} Paddle alone")
+    left.axhline(1.0, color="gray", lw=0.8)
+    for ax, title in ((left, "install() / Paddle alone, per call"), (right, "us per call")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tensor size (KiB, float32, 2-D)")
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+    right.set_yscale("log")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    print(f"wrote {png}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nproc", type=int, nargs="+", default=[2, 4])
@@ -168,7 +318,16 @@ def main(argv=None) -> int:
                              "MALLOC_TRIM_THRESHOLD_ 4x, MALLOC_ARENA_MAX=1): freed 16 MiB blocks are then "
                              "reused instead of being handed back to the kernel, so a fresh output no "
                              "longer pays page faults (0: default malloc)")
+    parser.add_argument("--per-call", action="store_true",
+                        help="per call, 1 KiB to 16 MiB: Paddle's own dist.reshard vs dist.reshard after "
+                             "install(), interleaved in one launch (2 ranks unless --nproc)")
+    parser.add_argument("--sizes-kib", type=int, nargs="+", default=SIZES_KIB)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--budget-ms", type=float, default=40.0, help="per batch of calls, roughly")
+    parser.add_argument("--png", help="--per-call: write the curves here")
     args = parser.parse_args(argv)
+    if args.per_call:
+        return _per_call_main(args)
     mib = args.mmap_threshold_mib
     env = {"MALLOC_MMAP_THRESHOLD_": str(mib << 20), "MALLOC_TRIM_THRESHOLD_": str(4 * mib << 20),
            "MALLOC_ARENA_MAX": "1"} if mib else None
@@ -211,6 +370,24 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
+    return 0
+
+
+def _per_call_main(args) -> int:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from paddle_ext.testing import run_ranks
+
+    import bench_reshard as me  # importable by module name in the ranks
+
+    n = args.nproc[0] if args.nproc != [2, 4] else 2
+    print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}; {n} ranks")
+    res = run_ranks(me.per_call_rank, nproc=n, args=(args.sizes_kib, args.rounds, args.budget_ms),
+                    timeout=1800)
+    table = _per_call_report(res, args.sizes_kib, args.png)
+    print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({f"{k[0]} {k[1]} KiB": v for k, v in table.items()}, f, indent=1)
     return 0
 
 

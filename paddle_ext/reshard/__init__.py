@@ -18,9 +18,10 @@ from .simulated import simulate_reshard  # noqa: F401
 
 
 def reshard(x, mesh, placements, **kwargs):
-    """``paddle.distributed.reshard`` with paddle-ext's planner; see :mod:`.dygraph`."""
-    # stays here: .dygraph and .install import Paddle, `import paddle_ext` (which loads this package) does not
-    from .dygraph import reshard as _reshard
+    """``paddle.distributed.reshard`` with paddle-ext's planner; see :mod:`.dygraph` (a repeated
+    call is served from a cache: :mod:`.fast`)."""
+    # stays here: .fast and .install import Paddle, `import paddle_ext` (which loads this package) does not
+    from .fast import reshard as _reshard
 
     return _reshard(x, mesh, placements, **kwargs)
 

@@ -14,7 +14,7 @@ right global shape for uneven shards (``dtensor_from_local`` would infer ``local
 Everything that can be checked is checked before the first collective, and the source tensor is
 never written: placements (count, shard dims), destination ranks inside the job, and, with
 ``check=True`` (default), that every participating rank asks for the same reshard of a tensor
-with the same global shape and dtype (a small point-to-point metadata exchange).
+with the same global shape and dtype (one small all_gather of metadata).
 """
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ from ..compat.views import require_writable_views
 from ..errors import ConversionError, PlacementError, ReshardPlanError
 from ..placements import DistSpec, format_placements
 from . import routing
-from .exchange import exchange
 from .groups import group_for
 from .layout import Geometry
 from .native import native_is_exact
@@ -257,40 +256,61 @@ def _specs(x, mesh, placements):
     return src, dst, s_ranks, d_ranks
 
 
-def _check_request(paddle, x, src, dst, s_ranks, d_ranks) -> None:
-    """The cross-rank metadata check, over the reshard's own group when one is prepared."""
-    if paddle.distributed.get_world_size() < 2:
-        return
-    members = sorted(set(s_ranks) | set(d_ranks))
-    group = group_for(members)
-    world = members if group is not None else range(paddle.distributed.get_world_size())
-    be = PaddleBackend(paddle, paddle.distributed.get_rank(), world, paddle.empty([0], dtype=x.dtype), None,
-                       group=group)
-    _check_same_everywhere(paddle, be, members, x, src, dst, s_ranks, d_ranks)
-
-
-def _check_same_everywhere(paddle, be, members, x, src, dst, s_ranks, d_ranks) -> None:
-    """Every participating rank must ask for the same reshard of the same global tensor."""
+def request_meta(x, src, dst, s_ranks, d_ranks) -> list:
+    """This rank's request as int64s: (ndim, dtype code, digest of specs, ranks and dtype, the
+    first 8 dims padded with -1); every rank of a reshard must hold the same."""
     dtype = str(x.dtype).replace("paddle.", "")
     text = repr((src, dst, s_ranks, d_ranks, dtype)).encode()
     digest = int.from_bytes(hashlib.sha256(text).digest()[:6], "little")
     code = _DTYPE_CODES.index(dtype) if dtype in _DTYPE_CODES else 99
-    mine = [len(src.shape), code, digest] + list(src.shape[:8]) + [-1] * (8 - len(src.shape[:8]))
+    return [len(src.shape), code, digest] + list(src.shape[:8]) + [-1] * (8 - len(src.shape[:8]))
+
+
+def check_group(paddle, s_ranks, d_ranks):
+    """(ranks in gather order, group) of the cross-rank check, or None when there is nobody to
+    check with; ``group`` None is the world group (every rank of the job takes part, as every rank
+    walks the executor's rounds there)."""
+    world = paddle.distributed.get_world_size()
+    if world < 2:
+        return None
+    members = sorted(set(s_ranks) | set(d_ranks))
+    group = group_for(members)
+    if group is None:
+        return list(range(world)), None
+    # a prepared group: its members check among themselves, the other ranks have no part in it
+    return (members, group) if paddle.distributed.get_rank() in members else None
+
+
+def check_meta(paddle, mine_t, out, where, mine: list, describe) -> None:
+    """One all_gather of every rank's request (``mine_t``, int64) into ``out``; raises
+    :class:`ReshardPlanError` on every rank when any rank differs (before any data moves)."""
+    ranks, group = where
+    paddle.distributed.stream.all_gather(out, mine_t, group=group)
+    rows = out.numpy().reshape(len(ranks), len(mine)).tolist()
+    if all(row == mine for row in rows):
+        return
+    r, other = next((ranks[i], row) for i, row in enumerate(rows) if row != mine)
+    what = "global shape" if other[3:] != mine[3:] or other[0] != mine[0] else (
+        "dtype" if other[1] != mine[1] else "placements or meshes")
+    x, dst, d_ranks = describe
+    dtype = _DTYPE_CODES[mine[1]] if mine[1] < len(_DTYPE_CODES) else "?"
+    raise ReshardPlanError(
+        f"reshard of {_describe(x)} to {format_placements(dst.placements)} on ranks "
+        f"{list(d_ranks)}: rank {r} has a different {what} (its shape/dtype/digest "
+        f"{other[3:3 + other[0]]}/{_DTYPE_CODES[other[1]] if other[1] < len(_DTYPE_CODES) else '?'}"
+        f"/{other[2]:x} vs {mine[3:3 + mine[0]]}/{dtype}/{mine[2]:x}); every rank of both meshes "
+        f"must call reshard with the same tensor layout and target")
+
+
+def _check_request(paddle, x, src, dst, s_ranks, d_ranks) -> None:
+    """The cross-rank metadata check, over the reshard's own group when one is prepared."""
+    where = check_group(paddle, s_ranks, d_ranks)
+    if where is None:
+        return
+    mine = request_meta(x, src, dst, s_ranks, d_ranks)
     t = paddle.to_tensor(mine, dtype="int64")
-    like = paddle.empty([0], dtype="int64")
-    peers = [r for r in members if r != be.rank] if be.rank in members else []
-    got = exchange(be, members, {r: [t] for r in peers}, {r: [((len(mine),), like)] for r in peers})
-    for r, (theirs,) in sorted(got.items()):
-        other = theirs.numpy().tolist()
-        if other != mine:
-            what = "global shape" if other[3:] != mine[3:] or other[0] != mine[0] else (
-                "dtype" if other[1] != mine[1] else "placements or meshes")
-            raise ReshardPlanError(
-                f"reshard of {_describe(x)} to {format_placements(dst.placements)} on ranks "
-                f"{list(d_ranks)}: rank {r} has a different {what} (its shape/dtype/digest "
-                f"{other[3:3 + other[0]]}/{_DTYPE_CODES[other[1]] if other[1] < len(_DTYPE_CODES) else '?'}"
-                f"/{other[2]:x} vs {mine[3:3 + mine[0]]}/{dtype}/{mine[2]:x}); every rank of both meshes "
-                f"must call reshard with the same tensor layout and target")
+    out = paddle.empty([len(where[0]) * len(mine)], dtype="int64")
+    check_meta(paddle, t, out, where, mine, (x, dst, d_ranks))
 
 
 def _run(paddle, x_local, dtype, geo, plan, mesh, placements, stats):
@@ -317,13 +337,9 @@ def _local(x, ranks):
     return x._local_value()
 
 
-def _reshard_values(x, mesh, paddle_placements, check: bool, stats):
+def _reshard_values(x, mesh, paddle_placements, stats, specs=None):
     paddle = require_paddle("paddle_ext.reshard")
-    src, dst, s_ranks, d_ranks = _specs(x, mesh, paddle_placements)
-    rank = paddle.distributed.get_rank()
-    members = sorted(set(s_ranks) | set(d_ranks))
-    if check:
-        _check_request(paddle, x, src, dst, s_ranks, d_ranks)
+    src, dst, s_ranks, d_ranks = specs or _specs(x, mesh, paddle_placements)
     plan = plan_reshard(src, dst, src_ranks=s_ranks, dst_ranks=d_ranks, itemsize=x.element_size(),
                          dtype=str(x.dtype).replace("paddle.", ""))
     if stats is not None:
@@ -347,12 +363,14 @@ def _pylayer():
         """Forward: the plan src -> dst. Backward: reshard dy back to x's mesh and placements."""
 
         @staticmethod
-        def forward(ctx, x, mesh, placements, check, stats):
+        def forward(ctx, x, mesh, placements, stats, values):
             # x.process_mesh is a view into x's C++ attributes: once x is freed (activations
             # often are before backward) it dangles, so keep a ProcessMesh of our own
-            ctx.src_mesh, ctx.check = _own_mesh(paddle, x.process_mesh), check
+            ctx.src_mesh = _own_mesh(paddle, x.process_mesh)
             ctx.src_placements = to_paddle_placements(placements_of(x))
-            return _reshard_values(x, mesh, placements, check, stats)
+            if values is not None:
+                return values(x, mesh)
+            return _reshard_values(x, mesh, placements, stats)
 
         @staticmethod
         def backward(ctx, dy):
@@ -360,7 +378,7 @@ def _pylayer():
                 raise ReshardPlanError(
                     f"the gradient reaching reshard's backward is not a DistTensor ({_describe(dy)}); "
                     f"keep the loss a DistTensor or reshard it explicitly")
-            return _reshard_values(dy, ctx.src_mesh, ctx.src_placements, False, None)
+            return _reshard_values(dy, ctx.src_mesh, ctx.src_placements, None)
 
     return ReshardFunction
 
@@ -388,27 +406,20 @@ def _native(x, mesh, placements, src, dst, stats):
     return original_reshard()(x, mesh, list(placements))
 
 
-def reshard(x, mesh, placements, *, check: bool = True, stats: dict | None = None):
-    """Reshard DistTensor ``x`` to ``placements`` on ``mesh`` with paddle-ext's minimal plan.
-
-    ``placements`` are Paddle placements (``dist.Shard(0)``, ``dist.Partial(dist.ReduceType.kRedAvg)``,
-    ...). Works across meshes (same or different shape, overlapping or not), for uneven and empty
-    shards and every Partial reduce type. ``stats`` (a dict) receives the plan text, its bytes and
-    the bytes this rank received. Raises :class:`ReshardPlanError` before any data moves when the
-    request is invalid or ranks disagree.
-    """
-    paddle = require_paddle("paddle_ext.reshard")
-
+def route(paddle, x, mesh, placements):
+    """Where this call runs, decided before any data moves, with every named error raised:
+    ``("paddle", None)`` (Paddle's own reshard, exactly as without paddle-ext), ``("nccl", specs)``
+    (Paddle's, NCCL), ``("native", specs)`` (Paddle's, exact here, after the request check) or
+    ``("ext", specs)``; ``specs`` is :func:`_specs`' ``(src, dst, src ranks, dst ranks)``."""
     backend = None
     if isinstance(x, paddle.Tensor) and x.is_dist() and hasattr(mesh, "process_ids"):
         backend = routing.call_backend(x, mesh)   # asked once per call
         if routing.to_paddle_first(paddle, x, mesh, backend):
-            return original_reshard()(x, mesh, list(placements))   # Paddle, exactly as without paddle-ext
-    src, dst, s_ranks, d_ranks = _specs(x, mesh, placements)
+            return "paddle", None
+    specs = _specs(x, mesh, placements)
+    src, dst, s_ranks, d_ranks = specs
     if backend == routing.NCCL and not routing.nccl_keeps(src, dst, s_ranks, d_ranks):
-        return _native(x, mesh, placements, src, dst, stats)
-    if check:  # before any data moves, on every path
-        _check_request(paddle, x, src, dst, s_ranks, d_ranks)
+        return "nccl", specs
     differentiable = not x.stop_gradient and paddle.is_grad_enabled()
     # Paddle's own path is exact and moves the same bytes here; its backward gives a Partial
     # source a Replicate gradient, so those keep paddle-ext's path (x.grad keeps x's placements).
@@ -416,12 +427,41 @@ def reshard(x, mesh, placements, *, check: bool = True, stats: dict | None = Non
     # (it gathers / reduces straight into the output: tools/bench_reshard.py), so it runs there.
     if s_ranks == d_ranks and native_is_exact(src, dst) and not (differentiable and src.partial_mesh_dims()) \
             and not _own_fast_path(paddle, src, s_ranks):
-        return _native(x, mesh, placements, src, dst, stats)
-    if not differentiable:
-        return _reshard_values(x, mesh, placements, False, stats)
+        return "native", specs
+    return "ext", specs
+
+
+def differentiable_reshard(x, mesh, placements, stats, values=None):
+    """paddle-ext's executor as a PyLayer: backward reshards the gradient back to x's layout.
+    ``values`` (the fast path's cached runner) replaces the planning of the forward."""
     if not _FUNCTION:
         _FUNCTION.append(_pylayer())
-    return _FUNCTION[0].apply(x, mesh, list(placements), False, stats)
+    return _FUNCTION[0].apply(x, mesh, list(placements), stats, values)
+
+
+def reshard(x, mesh, placements, *, check: bool = True, stats: dict | None = None):
+    """Reshard DistTensor ``x`` to ``placements`` on ``mesh`` with paddle-ext's minimal plan.
+
+    ``placements`` are Paddle placements (``dist.Shard(0)``, ``dist.Partial(dist.ReduceType.kRedAvg)``,
+    ...). Works across meshes (same or different shape, overlapping or not), for uneven and empty
+    shards and every Partial reduce type. ``stats`` (a dict) receives the plan text, its bytes and
+    the bytes this rank received. Raises :class:`ReshardPlanError` before any data moves when the
+    request is invalid or ranks disagree. This is the full path, validated on every call;
+    :mod:`.fast` serves repeated calls from a cache.
+    """
+    paddle = require_paddle("paddle_ext.reshard")
+    kind, specs = route(paddle, x, mesh, placements)
+    if kind == "paddle":
+        return original_reshard()(x, mesh, list(placements))   # Paddle, exactly as without paddle-ext
+    if kind == "nccl":
+        return _native(x, mesh, placements, specs[0], specs[1], stats)
+    if check:  # before any data moves, on every path
+        _check_request(paddle, x, *specs)
+    if kind == "native":
+        return _native(x, mesh, placements, specs[0], specs[1], stats)
+    if x.stop_gradient or not paddle.is_grad_enabled():
+        return _reshard_values(x, mesh, placements, stats, specs)
+    return differentiable_reshard(x, mesh, placements, stats)
 
 
 __all__ = ["PaddleBackend", "placements_of", "reshard"]

@@ -21,25 +21,17 @@ from paddle.distributed.auto_parallel import api
 import paddle
 
 from ..compat.version import require_paddle
-from ..errors import ConversionError
-from .dygraph import reshard as ext_reshard
+from . import fast
 from .originals import NATIVE_LISTENERS, original_reshard  # noqa: F401 - the installer's public names
 from .originals import SAVED as _SAVED
-from ..compat.convert import from_paddle_placements, spec_of
 
 
 def _make(original, check: bool):
-
+    installed = fast.installed
 
     def reshard(dist_tensor, mesh, placements):
-        if not paddle.in_dynamic_mode() or not getattr(dist_tensor, "is_dist", lambda: False)():
-            return original(dist_tensor, mesh, placements)
-        try:
-            spec_of(dist_tensor)
-            from_paddle_placements(list(placements), len(mesh.shape))
-        except ConversionError:
-            return original(dist_tensor, mesh, placements)
-        return ext_reshard(dist_tensor, mesh, placements, check=check)  # delegates where Paddle is exact
+        # a repeated request is one cache lookup (fast.py); delegates where Paddle is exact
+        return installed(original, check, dist_tensor, mesh, placements)
 
     reshard.__doc__ = (original.__doc__ or "") + "\n(paddle-ext: dygraph reshards use paddle_ext.reshard)"
     reshard.__wrapped__ = original
@@ -61,6 +53,7 @@ def install_reshard(check: bool = False) -> bool:
     _SAVED["dist"] = paddle.distributed.reshard
     _SAVED["api"] = api.reshard
     ours = _make(_SAVED["dist"], check)
+    fast.clear()
     paddle.distributed.reshard = ours
     api.reshard = ours
     return True
@@ -73,6 +66,7 @@ def uninstall_reshard() -> None:
 
     paddle.distributed.reshard = _SAVED.pop("dist")
     api.reshard = _SAVED.pop("api")
+    fast.clear()
 
 
 __all__ = ["install_reshard", "original_reshard", "uninstall_reshard"]

@@ -1,0 +1,382 @@
+"""The fast path of a repeated reshard: one dict lookup, then the cached plan's collectives.
+
+A training step calls ``dist.reshard`` with the same request again and again. The first call with a
+**plan key** (source mesh, placements, global shape, dtype, target mesh and placements, whether a
+gradient is needed, and the process state: parallel environment, backend, prepared groups) takes
+the full path of :mod:`.dygraph`: every check that needs no communication, with its named errors,
+the routing decision (Paddle's own reshard, or paddle-ext's plan) and the plan. Its outcome is
+cached as a runner; the next call with the same key costs one key, one lookup and what the runner
+does:
+
+* **to Paddle**: Paddle's ``dist.reshard`` (hand-back decided from the key, nothing converted);
+* **slice** (``R -> S(d)``, any plan of one local slice): a copy of this rank's slice, no
+  communication;
+* **gather** (``S(0) -> R`` on a 1-D mesh that is the world or a prepared group, equal shards):
+  one gloo ``all_gather`` straight into the output;
+* **all_reduce** (``P -> R`` there): a copy and one gloo ``all_reduce``;
+* **all-to-all** (``S(i) -> S(j)`` there): on 2 ranks one swap of the packed block, received into
+  the output; below :data:`GATHER_BELOW` one all_gather and a slice;
+* otherwise the cached plan through the per-rank executor, without planning or validation again.
+
+``check=True`` (``paddle_ext.reshard``'s default) keeps the cross-rank check on every call, at the
+cost of one all_gather of 19 int64 per rank (the request's digest is cached): a call whose key
+differs between ranks raises the same named error on every rank before any data moves.
+``dist.reshard`` after ``install()`` has ``check=False``, as before. The debug switch
+(``PADDLE_EXT_DEBUG=1`` in the environment, or :func:`set_debug` / ``paddle_ext.debug()``) sends
+every call through the full path with the cross-rank check, for both. A call with ``stats`` takes
+the full path too (it reports the plan).
+"""
+from __future__ import annotations
+
+import os
+
+from ..compat.buffers import MIN_BYTES, fresh
+from ..compat.convert import from_paddle_placements, spec_of, to_paddle_placements
+from ..compat.fast_tensor import ops as _ops
+from ..compat.views import require_writable_views
+from ..errors import ConversionError
+from ..placements import Partial, Replicate, Shard
+from . import dygraph, groups
+from .layout import Geometry, coord_in, relative
+from .native import _even
+from .originals import NATIVE_LISTENERS, SAVED
+from .per_rank import execute
+from .planner import plan_reshard
+
+DEBUG = [os.environ.get("PADDLE_EXT_DEBUG", "0") not in ("", "0")]
+LIMIT = 4096            # entries; the cache is emptied when full (every rank alike)
+#: S(0) -> S(j) on n ranks below this many bytes (global) runs as one all_gather and a slice instead
+#: of exchange rounds (measured crossover, docs/reshard.md); 0: never
+GATHER_BELOW = {2: 0}
+_CACHE: dict = {}
+
+
+def set_debug(on: bool = True) -> bool:
+    """Full checks on every call (``True``) or the cached fast path (``False``); returns the old value."""
+    old, DEBUG[0] = DEBUG[0], bool(on)
+    return old
+
+
+def clear() -> None:
+    """Forget every cached plan (install/uninstall do; a test may)."""
+    _CACHE.clear()
+
+
+def _key(o, installed: bool, x, mesh, placements):
+    sm = x.process_mesh
+    dist = o.dist
+    backend = dist.get_backend() if dist.is_initialized() else None
+    return (installed, tuple(sm.process_ids), tuple(sm.shape), tuple(map(repr, x.placements)),
+            tuple(mesh.process_ids), tuple(mesh.shape), tuple(map(repr, placements)), tuple(x.shape),
+            x.dtype, x.stop_gradient or not o.grad_enabled(), backend, len(groups._GROUPS))
+
+
+def reshard(x, mesh, placements, *, check: bool = True, stats: dict | None = None):
+    """``paddle_ext.reshard``: the cached runner of this call's key, else the full path
+    (:func:`.dygraph.reshard`), whose outcome is then cached."""
+    if stats is not None or DEBUG[0]:
+        return dygraph.reshard(x, mesh, placements, check=check or DEBUG[0], stats=stats)
+    o = _ops()
+    try:
+        key = _key(o, False, x, mesh, placements)
+    except (AttributeError, TypeError):   # not a DistTensor / ProcessMesh: the full path names it
+        return dygraph.reshard(x, mesh, placements, check=check)
+    entry = _CACHE.get(key)
+    if entry is None:
+        entry = _build(o, key, x, mesh, placements)
+    return entry(x, mesh, placements, check)
+
+
+def installed(original, check: bool, x, mesh, placements):
+    """``dist.reshard`` after ``install()``: Paddle's ``original`` for static graphs and what
+    paddle-ext cannot express, else as :func:`reshard` (``check`` as installed)."""
+    o = _ops()
+    if not o.in_dygraph() or not getattr(x, "is_dist", lambda: False)():
+        return original(x, mesh, placements)
+    if DEBUG[0]:
+        return _installed_full(original, x, mesh, placements, True)
+    try:
+        key = _key(o, True, x, mesh, placements)
+    except (AttributeError, TypeError):
+        return _installed_full(original, x, mesh, placements, check)
+    entry = _CACHE.get(key)
+    if entry is None:
+        try:
+            spec_of(x)
+            from_paddle_placements(list(placements), len(mesh.shape))
+        except ConversionError:
+            entry = _store(key, _to_paddle)
+        else:
+            entry = _build(o, key, x, mesh, placements)
+    return entry(x, mesh, placements, check)
+
+
+def _installed_full(original, x, mesh, placements, check):
+    try:
+        spec_of(x)
+        from_paddle_placements(list(placements), len(mesh.shape))
+    except ConversionError:
+        return original(x, mesh, placements)
+    return dygraph.reshard(x, mesh, placements, check=check)
+
+
+def _store(key, entry):
+    if len(_CACHE) >= LIMIT:
+        _CACHE.clear()
+    _CACHE[key] = entry
+    return entry
+
+
+def _original(o):
+    return SAVED.get("dist") or o.dist.reshard
+
+
+def _to_paddle(x, mesh, placements, check):
+    return _original(_ops())(x, mesh, list(placements))
+
+
+def _build(o, key, x, mesh, placements):
+    """The full path's decision for ``key`` (named errors raised, nothing cached then), cached."""
+    kind, specs = dygraph.route(o.paddle, x, mesh, placements)
+    if kind == "paddle":
+        return _store(key, _to_paddle)
+    src, dst = specs[0], specs[1]
+    itemsize = x.element_size()
+    checker = _Checker(o, x, specs)
+
+    def native(x, mesh, placements, check):
+        if check and kind == "native":
+            checker()
+        for listener in NATIVE_LISTENERS:
+            listener(src, dst, itemsize)
+        return _original(o)(x, mesh, list(placements))
+
+    if kind != "ext":
+        return _store(key, native)
+    values = _runner(o, x, specs)
+    differentiable = not key[9]
+
+    def ext(x, mesh, placements, check):
+        if check:
+            checker()
+        if differentiable:
+            return dygraph.differentiable_reshard(x, mesh, placements, None, values)
+        return values(x, mesh)
+
+    return _store(key, ext)
+
+
+class _Checker:
+    """The cross-rank request check of one key, its digest and buffers made on first use."""
+
+    def __init__(self, o, x, specs):
+        self.o, self.x, self.specs, self.state = o, x, specs, None
+
+    def __call__(self):
+        paddle = self.o.paddle
+        if self.state is None:
+            src, dst, s_ranks, d_ranks = self.specs
+            where = dygraph.check_group(paddle, s_ranks, d_ranks)
+            if where is None:
+                self.state = ()
+                return
+            mine = dygraph.request_meta(self.x, *self.specs)
+            self.state = (paddle.to_tensor(mine, dtype="int64"),
+                          paddle.empty([len(where[0]) * len(mine)], dtype="int64"), where, mine,
+                          (self.x, dst, d_ranks))
+            self.x = None   # the key holds what the message needs; do not keep the tensor alive
+        if self.state:
+            dygraph.check_meta(paddle, *self.state)
+
+
+def _runner(o, x, specs):
+    """``values(x, mesh) -> DistTensor`` for paddle-ext's plan of ``specs`` on this rank."""
+    src, dst, s_ranks, d_ranks = specs
+    plan = plan_reshard(src, dst, src_ranks=s_ranks, dst_ranks=d_ranks, itemsize=x.element_size(),
+                        dtype=str(x.dtype).replace("paddle.", ""))
+    require_writable_views()   # every executor builds outputs in slices of themselves
+    dist = o.dist
+    rank = dist.get_rank()
+    exact = to_paddle_placements(dst.placements)
+    members = sorted(set(s_ranks) | set(d_ranks))
+    group = groups.group_for(members)
+    world = members if group is not None else list(range(dist.get_world_size()))
+    if len(plan) == 1 and s_ranks == d_ranks and rank in s_ranks:
+        if plan[0].collective == "slice":
+            special = _slice(o, x, src, dst, rank, s_ranks, exact)
+        elif len(src.mesh_shape) == 1 and list(s_ranks) == world and len(world) > 1 and _even(src) \
+                and _even(dst) and all(src.shape):
+            special = _collective(o, x, plan[0].collective, src, dst, rank, s_ranks, group, exact)
+        else:
+            special = None
+        if special is not None:
+            return special
+    return _plan_runner(o, x, plan, specs, rank, world, group, exact)
+
+
+def _slice(o, x, src, dst, rank, ranks, exact):
+    """R -> S(d) (a plan of one local slice): a copy of this rank's slice, no communication."""
+    c = coord_in(ranks, src.mesh_shape, rank)
+    rel = relative(dst.local_slices(c), src.local_slices(c))
+    cut = [(d, at, n) for d, ((at, n), size) in enumerate(zip(rel, x._local_value().shape)) if n != size]
+    if len(cut) != 1:
+        return None
+    (axis, start, length), = cut
+    take, build, dims = o.take, o.dist_tensor, src.shape
+    even = _even(dst) and len(dst.mesh_shape) == 1
+
+    def sliced(x, mesh):
+        return build(take(x._local_value(), axis, start, start + length), dims, mesh, exact, even)
+
+    return sliced
+
+
+def _collective(o, x, kind, src, dst, rank, ranks, group, exact):
+    """Runners with no per-call layout work for one-step plans on a 1-D mesh that is the world
+    or a prepared group, evenly divided; None for the others."""
+    a, b, n, dims = src.placements[0], dst.placements[0], len(ranks), src.shape
+    nbytes = _numel(dims) * x.element_size()
+    gathers = str(x.dtype).replace("paddle.", "") in dygraph.PaddleBackend._GATHER_DTYPES
+    if kind == "all_gather" and a == Shard(0) and b == Replicate() and gathers:
+        return _gather(o, x, dims, group, exact)
+    if kind == "all_reduce" and isinstance(a, Partial) and b == Replicate():
+        return _all_reduce(o, a.op, n, dims, group, exact)
+    if kind == "all_to_all" and a.dim == 0 and gathers and nbytes < GATHER_BELOW.get(n, 0):
+        return _gather(o, x, dims, group, exact, (b.dim, ranks.index(rank), n))
+    if kind == "all_to_all" and n == 2:
+        return _swap(o, x, a.dim, b.dim, ranks.index(rank), ranks, dims, group, exact)
+    if kind == "reduce_scatter" and n == 2 and isinstance(a, Partial) and isinstance(b, Shard):
+        return _reduce_swap(o, x, a.op, b.dim, ranks.index(rank), ranks, dims, group, exact)
+    return None
+
+
+def _exchange(dist, k, send, recv, peer, group):
+    """One swap with the peer; the lower rank sends first (gloo p2p is blocking)."""
+    if k == 0:
+        dist.send(send, dst=peer, group=group)
+        dist.recv(recv, src=peer, group=group)
+    else:
+        dist.recv(recv, src=peer, group=group)
+        dist.send(send, dst=peer, group=group)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _out(o, shape, dtype, itemsize):
+    if _numel(shape) * itemsize < MIN_BYTES:
+        return o.empty(shape, dtype)
+    return fresh(o.paddle, shape, dtype)   # huge pages for large CPU outputs (compat.buffers)
+
+
+def _gather(o, x, dims, group, exact, then_slice=None):
+    """One gloo all_gather of the dim-0 shards straight into the output (``S(0) -> R``); with
+    ``then_slice`` ``(dim, k, n)``, the output's k-th of n slices along ``dim`` (``S(0) -> S(dim)``
+    below :data:`GATHER_BELOW`: one collective instead of exchange rounds)."""
+    gather, build, take, itemsize = o.dist.stream.all_gather, o.dist_tensor, o.take, x.element_size()
+    if then_slice is None:
+        def gathered(x, mesh):
+            local = x._local_value()
+            out = _out(o, dims, local.dtype, itemsize)
+            gather(out, local.contiguous(), group=group)
+            return build(out, dims, mesh, exact, True)
+
+        return gathered
+    dim, k, n = then_slice
+    step = dims[dim] // n
+
+    def gathered_slice(x, mesh):
+        local = x._local_value()
+        full = o.empty(dims, local.dtype)
+        gather(full, local.contiguous(), group=group)
+        return build(take(full, dim, k * step, (k + 1) * step), dims, mesh, exact, True)
+
+    return gathered_slice
+
+
+def _all_reduce(o, op, n, dims, group, exact):
+    """``P -> R``: a copy of the source (never written) and one gloo all_reduce (avg: then / n)."""
+    dist, build = o.dist, o.dist_tensor
+    red = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
+           "min": dist.ReduceOp.MIN}[op]
+
+    def reduced(x, mesh):
+        y = x._local_value().clone()
+        dist.all_reduce(y, op=red, group=group)
+        return build(y / n if op == "avg" else y, dims, mesh, exact, True)
+
+    return reduced
+
+
+def _swap(o, x, src_dim, dst_dim, k, ranks, dims, group, exact):
+    """``S(i) -> S(j)`` on 2 ranks: my own block into the output, the peer's block packed and
+    swapped for mine (the lower rank sends first), received straight into the output when
+    that part of it is contiguous."""
+    dist, view, take, copy_into, build = o.dist, o.view, o.take, o.copy_into, o.dist_tensor
+    peer, itemsize = ranks[1 - k], x.element_size()
+    a, b = dims[src_dim] // 2, dims[dst_dim] // 2
+    shape = list(dims)
+    shape[dst_dim] = b
+
+    def swapped(x, mesh):
+        local = x._local_value()
+        out = _out(o, shape, local.dtype, itemsize)
+        copy_into(view(local, dst_dim, k * b, (k + 1) * b), view(out, src_dim, k * a, (k + 1) * a))
+        theirs = take(local, dst_dim, (1 - k) * b, (2 - k) * b)
+        slot = view(out, src_dim, (1 - k) * a, (2 - k) * a)
+        buf = slot if slot.is_contiguous() else o.empty(slot.shape, local.dtype)
+        _exchange(dist, k, theirs, buf, peer, group)
+        if buf is not slot:
+            copy_into(buf, slot)
+        return build(out, dims, mesh, exact, True)
+
+    return swapped
+
+
+def _reduce_swap(o, x, op, dim, k, ranks, dims, group, exact):
+    """``P -> S(d)`` on 2 ranks: send the peer the part of my partial value it keeps, receive
+    mine from it and reduce it into the received buffer (as the per-rank executor does)."""
+    dist, view, take, paddle, build = o.dist, o.view, o.take, o.paddle, o.dist_tensor
+    peer, half = ranks[1 - k], dims[dim] // 2
+    shape = list(dims)
+    shape[dim] = half
+
+    def reduced(x, mesh):
+        local = x._local_value()
+        theirs = view(local, dim, (1 - k) * half, (2 - k) * half)
+        theirs = theirs if theirs.is_contiguous() else take(local, dim, (1 - k) * half, (2 - k) * half)
+        buf = _out(o, shape, local.dtype, x.element_size())
+        _exchange(dist, k, theirs, buf, peer, group)
+        mine = view(local, dim, k * half, (k + 1) * half)
+        if op in ("sum", "avg"):
+            buf.add_(mine)
+        else:
+            buf.copy_((paddle.maximum if op == "max" else paddle.minimum)(buf, mine))
+        return build(buf / 2 if op == "avg" else buf, dims, mesh, exact, True)
+
+    return reduced
+
+
+def _plan_runner(o, x, plan, specs, rank, world, group, exact):
+    src, dst, s_ranks, d_ranks = specs
+    geo = Geometry(src.shape, src.mesh_shape, s_ranks, dst.mesh_shape, d_ranks)
+    paddle, build = o.paddle, o.dist_tensor
+    dtype, ndim = x.dtype, len(src.shape)
+    like = paddle.empty([0], dtype=dtype)
+    holds = rank in s_ranks
+
+    def planned(x, mesh):
+        be = dygraph.PaddleBackend(paddle, rank, world, like, None, group=group)
+        out = execute(be, geo, plan, x._local_value() if holds else None)  # every rank walks the rounds
+        if out is None:
+            out = paddle.empty([0] * ndim, dtype=dtype)
+        return build(out, geo.shape, mesh, exact, False)
+
+    return planned
+
+
+__all__ = ["DEBUG", "GATHER_BELOW", "LIMIT", "clear", "installed", "reshard", "set_debug"]

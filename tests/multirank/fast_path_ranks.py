@@ -1,0 +1,121 @@
+"""Rank functions for tests/multirank/test_reshard_fast_path.py (run through run_ranks)."""
+from __future__ import annotations
+
+import numpy as np
+
+from paddle_ext.reshard.checks import Outcome, make_source, specs
+
+
+def _outcome(y, d_ranks):
+    import paddle.distributed as dist
+
+    from paddle_ext.placements import format_placements
+    from paddle_ext.reshard.dygraph import placements_of
+
+    out = Outcome(placements=format_placements(placements_of(y)))
+    if dist.get_rank() in d_ranks:
+        out.local = y._local_value().numpy().copy()
+    return out
+
+
+def repeated_calls(cases, calls: int = 3):
+    """Every case ``calls`` times through ``dist.reshard`` after install() (check=False) and through
+    ``paddle_ext.reshard`` (check=True): the first call fills the cache, the others hit it."""
+    import paddle.distributed as dist
+    import paddle_ext
+    from paddle_ext.compat.convert import to_paddle_placements
+    from paddle_ext.reshard import fast
+
+    dist.init_parallel_env()
+    paddle_ext.install()
+    out = {}
+    for c in cases:
+        _, dst, _, d_ranks = specs(c)
+        slices = c.src == "[R]" and "S(" in c.dst   # a local slice: a copy, never a view of the source
+        mesh = dist.ProcessMesh(np.array(c.dst_mesh).tolist())
+        for way, fn in (("dist", lambda x: dist.reshard(x, mesh, to_paddle_placements(dst.placements))),
+                        ("ext", lambda x: paddle_ext.reshard(x, mesh, to_paddle_placements(dst.placements)))):
+            for i in range(calls):
+                x = make_source(c)
+                before = x._local_value().numpy().copy()
+                try:
+                    y = fn(x)
+                    o = _outcome(y, d_ranks)
+                    if slices and o.local is not None and o.local.shape != before.shape and y._local_value().data_ptr() == x._local_value().data_ptr():
+                        o.error = "the result shares memory with the source"
+                    if not np.array_equal(x._local_value().numpy(), before):
+                        o.error = "the source was written"
+                except Exception as exc:  # reported per case
+                    o = Outcome(error=f"{type(exc).__name__}: {exc}"[:300])
+                out[(c.id, way, i)] = o
+    out["cached"] = len(fast._CACHE)
+    return out
+
+
+def mismatch_on_hits():
+    """Both ranks fill the cache with two keys, then ask for different ones at once: with
+    check=True every rank raises the named error before any data moves, and stays in step."""
+    import paddle
+    import paddle.distributed as dist
+    import paddle_ext
+    from paddle_ext.errors import ReshardPlanError
+
+    dist.init_parallel_env()
+    paddle_ext.install()
+    rank = dist.get_rank()
+    mesh = dist.ProcessMesh([0, 1])
+    a = dist.shard_tensor(paddle.arange(24, dtype="float32").reshape([4, 6]), mesh, [dist.Shard(0)])
+    b = dist.shard_tensor(paddle.arange(36, dtype="float32").reshape([6, 6]), mesh, [dist.Shard(0)])
+    for t in (a, b):   # same keys on both ranks: cached, checked
+        paddle_ext.reshard(t, mesh, [dist.Replicate()])
+    errors = []
+    for _ in range(2):
+        try:   # rank 0 asks for a's key, rank 1 for b's: both are cache hits
+            paddle_ext.reshard(a if rank == 0 else b, mesh, [dist.Replicate()])
+            errors.append("no error")
+        except ReshardPlanError as exc:
+            errors.append(str(exc))
+    y = paddle_ext.reshard(a, mesh, [dist.Replicate()])   # still in step
+    return errors, y._local_value().numpy()
+
+
+def debug_and_hand_back():
+    """The debug switch sends every call through the full path; a hand-back is served from the
+    cache and still reaches Paddle's reshard (and its listeners) on every call."""
+    import paddle
+    import paddle.distributed as dist
+    import paddle_ext
+    from paddle_ext.reshard import dygraph, fast
+    from paddle_ext.reshard import install as inst
+
+    dist.init_parallel_env()
+    paddle_ext.install()
+    full_calls, native_calls, heard = [], [], []
+    real_full, real_native = dygraph.reshard, inst._SAVED["dist"]
+    dygraph.reshard = lambda *a, **k: full_calls.append(1) or real_full(*a, **k)
+    inst._SAVED["dist"] = lambda *a, **k: native_calls.append(1) or real_native(*a, **k)
+    inst.NATIVE_LISTENERS.append(lambda *a: heard.append(1))
+    sub = dist.ProcessMesh([0, 1], dim_names=["x"])
+    try:
+        x = dist.shard_tensor(paddle.arange(24, dtype="float32").reshape([4, 6]), sub, [dist.Replicate()])
+        counts = {}
+        for debug in (False, True):
+            old = fast.set_debug(debug)
+            before = len(full_calls)
+            for _ in range(3):
+                y = dist.reshard(x, sub, [dist.Shard(0)])
+            fast.set_debug(old)
+            counts[f"full path, debug={debug}"] = len(full_calls) - before
+        # R -> S on a 2-D mesh, evenly: Paddle's own reshard is exact there (routing: "native")
+        m2 = dist.ProcessMesh([[0, 1]], dim_names=["a", "b"])
+        z = dist.shard_tensor(paddle.arange(24, dtype="float32").reshape([4, 6]), m2,
+                              [dist.Replicate(), dist.Replicate()])
+        before = len(native_calls)
+        for _ in range(3):
+            w = dist.reshard(z, m2, [dist.Replicate(), dist.Shard(1)])
+        counts["native calls"] = len(native_calls) - before
+        counts["heard"] = len(heard)
+        return counts, y._local_value().numpy(), w._local_value().numpy()
+    finally:
+        dygraph.reshard, inst._SAVED["dist"] = real_full, real_native
+        inst.NATIVE_LISTENERS.pop()

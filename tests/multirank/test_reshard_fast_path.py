@@ -1,0 +1,52 @@
+"""The fast path of a repeated reshard (paddle_ext/reshard/fast.py) on real gloo ranks.
+
+* Every 1-D pair of the reshard matrix on 2 ranks, three calls each (the first fills the cache,
+  the others are served from it) through ``dist.reshard`` after ``install()`` and through
+  ``paddle_ext.reshard``: bit-exact against dense every time, the source never written, the
+  result never sharing the source's memory.
+* Ranks asking for different cached keys with ``check=True``: the named error on every rank,
+  before any data moves, and the ranks stay in step.
+* The debug switch sends every call through the full path; a hand-back to Paddle served from
+  the cache still calls Paddle's reshard and tells the listeners on every call.
+"""
+import numpy as np
+import pytest
+
+import fast_path_ranks as fr
+from paddle_ext.reshard.checks import assemble_case
+from paddle_ext.reshard.exact import dense_for
+from paddle_ext.reshard.matrix_cases import one_d_cases
+from paddle_ext.testing import run_ranks
+
+pytestmark = pytest.mark.multirank
+
+
+def test_repeated_calls_are_bit_exact_on_2_ranks(tmp_path):
+    cases = one_d_cases(2)
+    res = run_ranks(fr.repeated_calls, nproc=2, args=(cases,), timeout=300, log_dir=tmp_path)
+    bad = []
+    for c in cases:
+        for way in ("dist", "ext"):
+            for i in range(3):
+                ok, why = assemble_case(c, [r[(c.id, way, i)] for r in res])
+                if not ok:
+                    bad.append(f"{c.id} {way} call {i + 1}: {why}")
+    assert not bad, f"{len(bad)} failed:\n" + "\n".join(bad[:20])
+    assert all(r["cached"] > 0 for r in res)
+
+
+def test_a_mismatch_on_cache_hits_is_a_named_error_on_every_rank(tmp_path):
+    res = run_ranks(fr.mismatch_on_hits, nproc=2, timeout=200, log_dir=tmp_path)
+    for rank, (errors, after) in enumerate(res):
+        assert all("different global shape" in e for e in errors), (rank, errors)
+        assert np.array_equal(after, dense_for((4, 6)) * 0 + np.arange(24, dtype="float32").reshape(4, 6))
+
+
+def test_debug_switch_and_hand_back_from_the_cache(tmp_path):
+    res = run_ranks(fr.debug_and_hand_back, nproc=2, timeout=200, log_dir=tmp_path)
+    dense = np.arange(24, dtype="float32").reshape(4, 6)
+    for rank, (counts, y, w) in enumerate(res):
+        assert counts["full path, debug=False"] == 0 and counts["full path, debug=True"] == 3, counts
+        assert counts["native calls"] == 3 and counts["heard"] >= 3, counts
+        assert np.array_equal(y, dense[2 * rank:2 * rank + 2])
+        assert np.array_equal(w, dense[:, 3 * rank:3 * rank + 3])
