@@ -14,7 +14,8 @@ ranks and in one dense process: per parameter the initial weight (``init:``, bit
 gradient (``grad:``) and the weight after the step (``step1:``: its update ``-lr * grad`` is what
 the wrapped optimizer applied), assembled by their placements and checked by
 ``scenario_ranks.classify``. ``GRAD_SCALE_ENV`` scales named gradients on the ranks (the tests of
-the tests: the checks must then fail).
+the tests: the checks must then fail). The pipelining schedules (no optimizer) check each layer's
+gradient; ``dist.to_static`` (gradients inside the static program) each parameter's first update.
 """
 from __future__ import annotations
 
@@ -211,10 +212,26 @@ def _dense_losses(data, steps):
     return out
 
 
+def _dense_first_step(data) -> dict:
+    """The dense MLP's weights before and after its first SGD step (``init:``/``step1:``)."""
+    import paddle
+
+    net = _mlp()
+    opt = paddle.optimizer.SGD(0.1, parameters=net.parameters())
+    out = {f"init:{n}": np.array(q.numpy(), copy=True) for n, q in net.named_parameters()}
+    x, y = next(iter(data.loader()))
+    paddle.nn.MSELoss()(net(x), y).backward()
+    opt.step()
+    out.update({f"step1:{n}": np.array(q.numpy(), copy=True) for n, q in net.named_parameters()})
+    return out
+
+
 def to_static(kind):
     """dist.to_static(layer, shard_dataloader(...), MSELoss, SGD) trained for 4 steps: "dp"
     (data S0), "mp" (weights Shard), "stage1" (ShardingStage1 optimizer, as in
-    semi_auto_parallel_sharding_stage_1.py's to_static case); losses against dense."""
+    semi_auto_parallel_sharding_stage_1.py's to_static case); losses against dense. The gradient
+    lives in the static program: each parameter's update of the first step (the DistModel's
+    ``state_dict()`` before and after it; SGD: ``-0.1 * grad``) against the dense step's."""
     import paddle
     import paddle.distributed as dist
 
@@ -223,20 +240,27 @@ def to_static(kind):
     dist.auto_parallel.set_mesh(mesh)
     data = _Data()
     dense = _dense_losses(data, 4)
+    want = _dense_first_step(data)
     net = _mlp(mesh, mp=kind == "mp")
+    names = [n for n, _ in net.named_parameters()]
     opt = paddle.optimizer.SGD(0.1, parameters=net.parameters())
     if kind == "stage1":
         opt = dist.shard_optimizer(opt, dist.ShardingStage1("dp", mesh))
     loader = dist.shard_dataloader(data.loader(), meshes=[mesh], shard_dims=0 if kind != "mp" else None)
     model = dist.to_static(net, loader, paddle.nn.MSELoss(), opt)
     model.train()
-    losses = [np.asarray(model(x, y), dtype="float32").reshape(()) for x, y in loader()][:4]
-    local = np.stack(losses)
+    params = {}
+    params.update({f"init:{n}": rec(v) for n, v in model.state_dict().items() if n in names})
+    losses = []
+    for x, y in loader():
+        losses.append(np.asarray(model(x, y), dtype="float32").reshape(()))
+        if len(losses) == 1:
+            params.update({f"step1:{n}": rec(v) for n, v in model.state_dict().items() if n in names})
+    local = np.stack(losses[:4])
     # each rank's returned loss: its own micro-batch's (dp) or the whole batch's (mp): average
     got = ("T", local, [("P", "avg")], [2], [0, 1], [4])
-    return {"losses": got}, {"losses": np.array(dense, dtype="float32")}
-
-
+    want["losses"] = np.array(dense, dtype="float32")
+    return dict(params, losses=got), want
 
 
 def _lm(paddle, vocab=32, hidden=16):
@@ -356,7 +380,9 @@ def parallelize(plan):
 
 def pipeline(schedule):
     """PP_Schedules_demo.py: init_parallel_env, set_mesh(pp), a 4-layer MLP split 2+2 into
-    PipelineStage's, 4 micro-batches, MSE; the last stage's summed loss against dense."""
+    PipelineStage's, 4 micro-batches, MSE; the last stage's summed loss against dense, and each
+    layer's initial weights (bit for bit) and gradients, from the rank of its stage, against the
+    same MLP's backward of the summed micro-batch losses in one process."""
     import paddle
     import paddle.distributed as dist
     from paddle.distributed.auto_parallel.pipelining import schedules
@@ -369,6 +395,8 @@ def pipeline(schedule):
     mesh = dist.ProcessMesh([0, 1], dim_names=["pp"])
     dist.auto_parallel.set_mesh(mesh)
     paddle.seed(9)
+    dense_layers = [paddle.nn.Linear(8, 8) for _ in range(4)]
+    paddle.seed(9)
     layers = [paddle.nn.Linear(8, 8) for _ in range(4)]
     x_np = np.random.default_rng(1).standard_normal((8, 8)).astype("float32")
     y_np = np.random.default_rng(2).standard_normal((8, 8)).astype("float32")
@@ -379,6 +407,22 @@ def pipeline(schedule):
         for layer in layers:
             h = layer(h)
         dense += float(paddle.nn.functional.mse_loss(h, paddle.to_tensor(y_np[mb * 2:(mb + 1) * 2])))
+    want = {f"init:{i}.{n}": np.array(q.numpy(), copy=True) for i, lay in enumerate(dense_layers)
+            for n, q in lay.named_parameters()}
+    total = 0.0
+    for mb in range(4):
+        h = paddle.to_tensor(x_np[mb * 2:(mb + 1) * 2])
+        for layer in dense_layers:
+            h = layer(h)
+        total = total + paddle.nn.functional.mse_loss(h, paddle.to_tensor(y_np[mb * 2:(mb + 1) * 2]))
+    total.backward()
+    want.update({f"grad:{i}.{n}": np.array(q.grad.numpy(), copy=True) for i, lay in enumerate(dense_layers)
+                 for n, q in lay.named_parameters()})
+
+    def held(i, t):   # layer i's tensor as the rank of its stage holds it: a 1-rank mesh
+        return ("T", np.array(t.numpy(), copy=True) if i // 2 == rank else None, [("R",)], [1], [i // 2],
+                list(t.shape))
+    got = {f"init:{i}.{n}": held(i, q) for i, lay in enumerate(layers) for n, q in lay.named_parameters()}
     stage_layer = paddle.nn.Sequential(*layers[rank * 2:rank * 2 + 2])
     stage = PipelineStage(stage_layer, stage_index=rank, num_stages=2)
     cls = {"FThenB": schedules.ScheduleFThenB, "1F1B": schedules.Schedule1F1B}[schedule]
@@ -390,8 +434,11 @@ def pipeline(schedule):
         losses = []
         sched.step(target=paddle.to_tensor(y_np), losses=losses)
         local = np.asarray(sum(float(v) for v in losses), dtype="float32")
-    return {"loss": ("T", local if rank == 1 else None, [("R",)], [1], [1], [])}, \
-        {"loss": np.asarray(dense, dtype="float32")}
+    got.update({f"grad:{i}.{n}": held(i, q.grad) if i // 2 == rank else held(i, q)
+                for i, lay in enumerate(layers) for n, q in lay.named_parameters()})
+    got["loss"] = ("T", local if rank == 1 else None, [("R",)], [1], [1], [])
+    want["loss"] = np.asarray(dense, dtype="float32")
+    return got, want
 
 
 def checkpoint(src, dst):

@@ -13,7 +13,8 @@ that crashes or hangs Paddle. The rule:
   with paddle-ext (against dense) and the rest still fail; none gives wrong values;
 * every training scenario of ``GRADIENT_CHECKED`` that passes was checked on gradients: each
   parameter's initial weight bit for bit, its first-step gradient and its SGD update against the
-  dense model (max relative error and norm ratio; ``scenario_ranks.classify``);
+  dense model (max relative error and norm ratio; ``scenario_ranks.classify``); the pipelining
+  schedules on gradients only, dist.to_static on updates only;
 * sharing a launch cannot change a result: the batched scenarios, run again in the reverse
   order, give the same outcomes and bit-identical values;
 * docs/compatibility.md's "Paddle's scenarios" section is the table these runs generate.
@@ -85,12 +86,16 @@ PASSES_ONLY_WITH_EXT = {
 
 # Training scenarios whose result includes the per-parameter gradient check (init:/grad:/step1:
 # keys, scenario_ranks_train.sgd_probe): shard_optimizer with ShardingStage1/2/3 (1-D and
-# multi-dim mesh) and dist.parallelize's mp, sp and dp/sharding-level plans. Left out: the AMP O2
-# case (bfloat16 gradients cannot meet 1e-5), dist.to_static (its gradients live in the static
-# program), dist.parallelize[pp] (crashes in every mode), pipelining and checkpoint (no optimizer).
+# multi-dim mesh) and dist.parallelize's mp, sp and dp/sharding-level plans. The pipelining
+# schedules (no optimizer in their file) check each layer's gradient, without an update;
+# dist.to_static (its gradients live in the static program) checks each parameter's first SGD
+# update, without the gradient. Left out: the AMP O2 case (bfloat16 gradients cannot meet 1e-5),
+# dist.parallelize[pp] (crashes in every mode), checkpoint (no training).
 GRADIENT_CHECKED = [n for n in NAMES
                     if (n.startswith("shard_optimizer[") and "AMP" not in n)
                     or (n.startswith("dist.parallelize[") and n != "dist.parallelize[pp]")]
+GRADIENT_ONLY = [n for n in NAMES if n.startswith("pipelining[")]
+UPDATE_ONLY = [n for n in NAMES if n.startswith("dist.to_static[")]
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +140,7 @@ def test_pinned_sets_name_real_scenarios():
     unknown = sorted((PASSES_ONLY_WITH_EXT - set(FAILS_ALONE)) | (PASSES_ONLY_WITH_EXT - set(NAMES)))
     assert not unknown, f"PASSES_ONLY_WITH_EXT names scenarios not in FAILS_ALONE: {unknown}"
     assert len(GRADIENT_CHECKED) == 12, GRADIENT_CHECKED   # 6 shard_optimizer + 6 parallelize (pp left out)
+    assert len(GRADIENT_ONLY) == 2 and len(UPDATE_ONLY) == 3, (GRADIENT_ONLY, UPDATE_ONLY)
 
 
 @pytest.mark.parametrize("mode", sr.MODES[1:])
@@ -148,7 +154,7 @@ def test_only_with_paddle_ext(outcomes, mode, name):
 
 
 @pytest.mark.parametrize("mode", sr.MODES)
-@pytest.mark.parametrize("name", GRADIENT_CHECKED)
+@pytest.mark.parametrize("name", GRADIENT_CHECKED + GRADIENT_ONLY + UPDATE_ONLY)
 def test_gradients_were_checked(outcomes, mode, name):
     """A pass of a training scenario includes, for every parameter, its gradient and its update
     against the dense model (classify fails the scenario otherwise); here: that they were there."""
@@ -157,8 +163,9 @@ def test_gradients_were_checked(outcomes, mode, name):
         assert name in FAILS_ALONE and mode == "alone", f"{mode}: {o.status}: {o.detail}"
         return
     params = sorted(k.split(":", 1)[1] for k in o.values if k.startswith("init:"))
+    kinds = ("grad",) if name in GRADIENT_ONLY else ("update",) if name in UPDATE_ONLY else ("grad", "update")
     assert len(params) >= 2, f"{mode}: no per-parameter gradient records: {sorted(o.values)[:6]}"
-    assert sorted(o.grads) == sorted([f"grad:{p}" for p in params] + [f"update:{p}" for p in params])
+    assert sorted(o.grads) == sorted(f"{kind}:{p}" for p in params for kind in kinds)
     for label, (rel, ratio) in o.grads.items():
         assert sr.grad_ok(rel, ratio), f"{mode}: {label}: max rel err {rel:.2e}, norm ratio {ratio:.7f}"
 
