@@ -2,8 +2,10 @@
 
 Every cell is one launch of :func:`paddle_ext.testing.real_models.train_rank` (model x plan x
 execution x mode: Paddle alone, ``install()``, ``install()`` + ``enable()``, and every opt-in on:
-``install(static_engine=True, ranks_outside_mesh=True)`` + ``enable()``), its losses compared
-with the dense single-process model (max relative difference <= 1e-5). Prints the matrix
+``install(static_engine=True, ranks_outside_mesh=True)`` + ``enable()``), trained with SGD and
+compared with the dense single-process reference (``testing/dense_reference.py``): losses, and in
+dygraph every parameter's first-step gradient and update (max relative difference <= 1e-5, norm
+ratio within 1e-5 of 1; ``testing/grad_parity.py``). Prints the matrix
 (plan x mode -> match / mismatch / error with its first line); ``--markdown FILE`` also merges
 these cells into the table of FILE's "Real models" section (cells not run keep what the table
 had; the rest of the file is kept), so the matrix can be regenerated a model at a time.
@@ -38,7 +40,9 @@ def run(args) -> int:
         print("paddle-ext compat: pass --models (the real-model matrix)", file=sys.stderr)
         return 2
     from ..errors import HarnessError
+    from ..testing import real_model_cells as cells
     from ..testing import real_models as rm
+    from ..testing.dense_reference import dense_run
     from ..testing.launch import run_ranks
 
     try:
@@ -55,10 +59,10 @@ def run(args) -> int:
     for model in models:
         try:
             with optional_file_lock(args.lock):
-                dense = run_ranks(rm.dense_losses, 1, args=(model,), timeout=args.timeout,
+                dense = run_ranks(dense_run, 1, args=(model,), timeout=args.timeout,
                                   log_dir=logs / f"{model}-dense")[0]
         except HarnessError as exc:
-            dense, dense_error = None, rm.summarize_failure(str(exc))
+            dense, dense_error = None, cells.summarize_failure(str(exc))
         for plan in plans:
             for ex in execs:
                 row = {"model": model, "plan": plan, "world": rm.PLANS[plan][0], "exec": ex}
@@ -68,7 +72,7 @@ def run(args) -> int:
                         status, detail = "error", f"the dense reference failed: {dense_error}"
                     else:
                         with optional_file_lock(args.lock):
-                            status, detail = rm.run_cell(model, plan, mode, ex, dense,
+                            status, detail = cells.run_cell(model, plan, mode, ex, dense,
                                                          logs / f"{model}-{plan}-{ex}-{mode}", timeout=args.timeout)
                     row[mode] = (status, detail)
                     print(f"{model:12} {plan:13} {ex:9} {mode:21} {status:8} {detail}  "

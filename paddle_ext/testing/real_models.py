@@ -21,17 +21,22 @@ import zlib
 
 import numpy as np
 
+from .grad_parity import StepRecorder
+
 STEPS = 3
-BATCH = 4          # global batch: divisible by dp 1, 2
+BATCH = 4          # global batch: divisible by dp 1, 2, 4
 SEQ = 16           # divisible by mp (sequence parallel)
 VOCAB = 128
-LR = 1e-3
+LR = 1e-3          # AdamW's, as AutoTrainer trains
+SGD_LR = 0.1       # SGD's in the gradient-parity runs: an update well above a weight's float32 rounding
 INSTALL_HINT = 'PaddleNLP is not importable: install the test extra: pip install -e ".[cpu,test,models]"'
 
 # plan -> (world, pp, dp, mp, sequence_parallel, ZeRO stage on "dp" or 0)
 PLANS = {
     "single": (1, 1, 1, 1, False, 0),
     "dp2": (2, 1, 2, 1, False, 0),
+    "dp4": (4, 1, 4, 1, False, 0),
+    "zero3-dp2": (2, 1, 2, 1, False, 3),
     "mp2": (2, 1, 1, 2, False, 0),
     "mp2-sp": (2, 1, 1, 2, True, 0),
     "pp2": (2, 2, 1, 1, False, 0),
@@ -257,6 +262,18 @@ def dense_losses(model: str, steps: int = STEPS, batch: int = BATCH) -> list[flo
     return losses
 
 
+def make_optimizer(name: str, params):
+    """``adamw`` (lr :data:`LR`) or ``sgd`` (lr :data:`SGD_LR`: it applies a gradient's scale, so a
+    gradient off by a factor is an update off by it; AdamW normalises the scale away)."""
+    import paddle
+
+    if name == "adamw":
+        return paddle.optimizer.AdamW(learning_rate=LR, parameters=params)
+    if name == "sgd":
+        return paddle.optimizer.SGD(learning_rate=SGD_LR, parameters=params)
+    raise ValueError(f"optimizer {name!r}: expected 'adamw' or 'sgd'")
+
+
 def _forward_loss(net, criterion, ids, labels):
     if criterion is None:  # the model computes its own loss from labels
         out = net(ids, labels=labels)
@@ -324,18 +341,22 @@ class _LossOf:
         return LossOf(net), PassLoss()
 
 
-def train_rank(model: str, plan: str, mode: str, exec_mode: str) -> dict:
+def train_rank(model: str, plan: str, mode: str, exec_mode: str, optimizer: str = "adamw", record: bool = False,
+               mutate: dict | None = None) -> dict:
     """One rank of a PaddleNLP auto-parallel training run of ``plan`` (a :data:`PLANS` name);
-    returns {"rank", "losses", ...}."""
-    return train_layout(model, PLANS[plan], mode, exec_mode)
+    returns {"rank", "losses", ...} (and the first step's records, see :func:`train_layout`)."""
+    return train_layout(model, PLANS[plan], mode, exec_mode, optimizer=optimizer, record=record, mutate=mutate)
 
 
 def train_layout(model: str, layout: tuple, mode: str, exec_mode: str, steps: int = STEPS,
-                 batch: int = BATCH) -> dict:
+                 batch: int = BATCH, optimizer: str = "adamw", record: bool = False, mutate: dict | None = None) -> dict:
     """One rank of a training run on ``layout`` = (world, pp, dp, mp, sequence_parallel, ZeRO
     stage), ``steps`` steps of a global ``batch``; returns {"rank", "losses", "params_written",
     "step_ends" (``perf_counter`` after each step), "peak_memory" (this process's peak RSS in
-    bytes)}."""
+    bytes)}. ``optimizer``: "adamw" or "sgd" (:func:`make_optimizer`).
+    ``record`` (dygraph): also the first step's "weights0", "grads" and "updates" as this rank's
+    :mod:`.grad_parity` records; ``mutate`` ({name fragment: factor}) scales those gradients
+    before the step, for the tests that show a wrong gradient is caught."""
     import faulthandler
     import resource
     import sys
@@ -382,7 +403,7 @@ def train_layout(model: str, layout: tuple, mode: str, exec_mode: str, steps: in
     rope_shim(net)
     initialize_lazy(net)
     written = set_weights(net)
-    opt = paddle.optimizer.AdamW(learning_rate=LR, parameters=net.parameters())
+    opt = make_optimizer(optimizer, net.parameters())
     stage = {1: dist.ShardingStage1, 2: dist.ShardingStage2, 3: dist.ShardingStage3}.get(zero)
     opt = dist.shard_optimizer(opt, stage(sharding_mesh_dim="dp") if stage else None)
     global_mesh = fleet.auto.get_mesh()
@@ -396,12 +417,19 @@ def train_layout(model: str, layout: tuple, mode: str, exec_mode: str, steps: in
         return dist.shard_dataloader(plain, meshes=meshes, shard_dims="dp")
 
     losses, step_ends = [], []
+    if record and exec_mode != "dygraph":
+        raise ValueError("record=True reads each parameter's gradient between backward and step: dygraph only")
+    recorder = StepRecorder(net, rank, _canonical) if record else None
     if exec_mode == "dygraph":
         net.train()
-        for ids, labels in loader():
+        for step, (ids, labels) in enumerate(loader()):
             loss = _forward_loss(net, criterion, ids, labels)
             loss.backward()
+            if recorder is not None and step == 0:
+                recorder.before_step(mutate)
             opt.step()
+            if recorder is not None and step == 0:
+                recorder.after_step()
             opt.clear_grad()
             losses.append(_loss_value(loss, rank))
             step_ends.append(time.perf_counter())
@@ -417,7 +445,8 @@ def train_layout(model: str, layout: tuple, mode: str, exec_mode: str, steps: in
     if all(v is None for v in losses):
         losses = None
     return {"rank": rank, "losses": losses, "params_written": written, "step_ends": step_ends,
-            "peak_memory": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+            "peak_memory": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            **(recorder.result() if recorder is not None else {})}
 
 
 def compare(dense: list[float], per_rank: list[dict], tol: float = 1e-5) -> tuple[bool, str]:
@@ -435,66 +464,3 @@ def compare(dense: list[float], per_rank: list[dict], tol: float = 1e-5) -> tupl
     if worst > tol:
         return False, f"max relative difference {worst:.3g} > {tol:g} (dense {dense}, got {held[0]['losses']})"
     return True, f"max relative difference {worst:.2g}"
-
-
-def summarize_failure(text: str) -> str:
-    """One line for a failed run: a rank's crash and the Python line it hit (from faulthandler's
-    stack, appended to ``text``), else the first failing rank's exception line. SIGTERM/SIGKILL
-    are the launcher stopping peers, not a cause."""
-    import signal
-
-    lines = text.splitlines()
-    teardown = re.search(r"exited with code (-?\d+) during interpreter teardown", text)
-    if teardown:
-        code = int(teardown.group(1))
-        name = signal.Signals(-code).name if code < 0 and -code in signal.valid_signals() else f"code {code}"
-        return f"returned its losses, then crashed at exit ({name} during interpreter teardown)"
-    codes = [int(c) for c in re.findall(r"exit code (-\d+)", text)]
-    crashes = [c for c in codes if -c not in (signal.SIGTERM, signal.SIGKILL)]
-    if crashes:
-        try:
-            sig = signal.Signals(-crashes[0]).name
-        except ValueError:
-            sig = f"signal {-crashes[0]}"
-        where = ""
-        for i, line in enumerate(lines):  # faulthandler's stack, innermost frame first
-            if line.startswith("Stack (most recent call first)") and i + 1 < len(lines):
-                frame = re.search(r'File "([^"]+)", line (\d+) in (\S+)', lines[i + 1])
-                if frame:
-                    where = f" in {frame.group(3)} ({frame.group(1).split('site-packages/')[-1]}:{frame.group(2)})"
-                break
-        return f"crash: {sig}{where}"
-    # the first failing rank that raised: its traceback ends with the exception line
-    for part in text.split("--- rank ")[1:]:
-        if not part.split("\n", 1)[0].endswith("(raised) ---"):
-            continue
-        section = part.split("--- tail of workerlog")[0].splitlines()
-        for line in reversed(section):
-            # Paddle's static errors wrap the cause: "NotImplementedError: In user code:" ...
-            # "    UnimplementedError: Unimplemented cpu kernel ..."
-            if re.match(r"^\s*[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(?!: In user code)", line):
-                return line.strip()[:200]
-    return (lines[0] if lines else "failed")[:200]
-
-
-def run_cell(model: str, plan: str, mode: str, exec_mode: str, dense: list[float], log_dir,
-             timeout: float = 600.0) -> tuple[str, str]:
-    """One matrix cell: ("match" | "mismatch" | "error", detail)."""
-    from ..errors import HarnessError
-    from .launch import run_ranks
-
-    try:
-        res = run_ranks(train_rank, PLANS[plan][0], args=(model, plan, mode, exec_mode), timeout=timeout,
-                        log_dir=log_dir)
-    except HarnessError as exc:
-        from pathlib import Path
-
-        text = str(exc)
-        (Path(log_dir) / "failure.txt").write_text(text)
-        # a crashed rank's faulthandler stack is in its full log, beyond the report's tail
-        logs = sorted(Path(log_dir).glob("workerlog.*"))
-        stacks = [p.read_text(errors="replace") for p in logs]
-        stacks = [t[t.index("Fatal Python error"):] for t in stacks if "Fatal Python error" in t]
-        return "error", summarize_failure(text + ("\n" + stacks[0] if stacks else ""))
-    ok, why = compare(dense, res)
-    return ("match" if ok else "mismatch"), why

@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from paddle_ext.cli import compat
+from paddle_ext.testing import real_model_cells as cells
 from paddle_ext.testing import real_models as rm
 
 
@@ -25,7 +26,7 @@ def test_summary_names_a_crash_and_its_python_line():
             "--- rank 0 (exited) ---\nthe rank's process exited without a result (exit code -15; ...)\n"
             "Fatal Python error: Segmentation fault\n\nStack (most recent call first):\n"
             '  File "/x/site-packages/paddle/tensor/manipulation.py", line 4357 in unbind\n')
-    assert rm.summarize_failure(text) == "crash: SIGSEGV in unbind (paddle/tensor/manipulation.py:4357)"
+    assert cells.summarize_failure(text) == "crash: SIGSEGV in unbind (paddle/tensor/manipulation.py:4357)"
 
 
 def test_summary_takes_the_raising_ranks_exception_not_the_stopped_peers():
@@ -35,13 +36,13 @@ def test_summary_takes_the_raising_ranks_exception_not_the_stopped_peers():
             "ValueError: inner\n\nDuring handling of the above exception, another exception occurred:\n"
             "RuntimeError: connect [127.0.0.1]:7053: Connection refused\n--- tail of workerlog.2 ---\n"
             "KeyError: from the log tail\n")
-    assert rm.summarize_failure(text) == "RuntimeError: connect [127.0.0.1]:7053: Connection refused"
+    assert cells.summarize_failure(text) == "RuntimeError: connect [127.0.0.1]:7053: Connection refused"
 
 
 def test_summary_of_a_crash_at_exit():
     text = ("f on 2 ranks failed: rank 0 failed at exit\n--- rank 0 (failed at exit) ---\n"
             "returned its result, then exited with code -6 during interpreter teardown\n")
-    assert rm.summarize_failure(text) == \
+    assert cells.summarize_failure(text) == \
         "returned its losses, then crashed at exit (SIGABRT during interpreter teardown)"
 
 
