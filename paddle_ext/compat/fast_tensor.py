@@ -37,6 +37,10 @@ def _build():
         v = view(x, axis, start, stop)
         return c_ops.assign(v) if v.is_contiguous() else v.contiguous()
 
+    def take_rows(x, axis: int, start: int, stop: int):
+        """:func:`take` along the leading axis (``axis`` 0), whose slice is always one dense block."""
+        return c_ops.assign(c_ops.slice(x, [0], [start], [stop], [1], []))
+
     def copy_into(x, out):
         """Write ``x`` into ``out`` (a view of an output) in place: ``paddle.assign(x, output=out)``."""
         c_ops.assign_out_(x, out)
@@ -50,12 +54,12 @@ def _build():
         init(out, local, dims=list(dims), process_mesh=mesh, placements=placements, place=place)
         return out
 
-    return SimpleNamespace(empty=empty, view=view, take=take, copy_into=copy_into, dist_tensor=dist_tensor, grad_enabled=core._has_grad,
+    return SimpleNamespace(empty=empty, view=view, take=take, take_rows=take_rows, copy_into=copy_into, dist_tensor=dist_tensor, grad_enabled=core._has_grad,
                            in_dygraph=paddle.in_dynamic_mode, dist=paddle.distributed, paddle=paddle)
 
 
 def ops() -> SimpleNamespace:
-    """``empty(shape, dtype)``, ``view``/``take(x, axis, start, stop)``, ``copy_into(x, out)``,
+    """``empty(shape, dtype)``, ``view``/``take``/``take_rows(x, axis, start, stop)``, ``copy_into(x, out)``,
     ``dist_tensor(local, dims, mesh, placements, even)``, ``grad_enabled()``, ``in_dygraph()``, ``dist``, ``paddle`` (built once)."""
     if not _OPS:
         _OPS.append(_build())

@@ -14,8 +14,9 @@ does:
 * **gather** (``S(0) -> R`` on a 1-D mesh that is the world or a prepared group, equal shards):
   one gloo ``all_gather`` straight into the output;
 * **all_reduce** (``P -> R`` there): a copy and one gloo ``all_reduce``;
-* **all-to-all** (``S(i) -> S(j)`` there): on 2 ranks one swap of the packed block, received into
-  the output; below :data:`GATHER_BELOW` one all_gather and a slice;
+* **all-to-all / reduce-scatter** (``S(i) -> S(j)``, ``P -> S(j)`` there, 2 ranks): the packed
+  block the peer needs traded for mine, received into the output (below :data:`GATHER_BELOW`
+  bytes by one all_gather of both blocks, else by a send and a recv);
 * otherwise the cached plan through the per-rank executor, without planning or validation again.
 
 ``check=True`` (``paddle_ext.reshard``'s default) keeps the cross-rank check on every call, at the
@@ -45,10 +46,11 @@ from .planner import plan_reshard
 
 DEBUG = [os.environ.get("PADDLE_EXT_DEBUG", "0") not in ("", "0")]
 LIMIT = 4096            # entries; the cache is emptied when full (every rank alike)
-#: S(0) -> S(j) on n ranks below this many bytes (global) runs as one all_gather and a slice instead
-#: of exchange rounds (measured crossover, docs/reshard.md); 0: never
+#: on 2 ranks, S(i) -> S(j) and P -> S(j) of fewer bytes (global tensor) than this trade their
+#: blocks with one all_gather instead of a send and a recv (measured crossover, docs/reshard.md)
 GATHER_BELOW = {2: 0}
 _CACHE: dict = {}
+_BACKEND: dict = {}
 
 
 def set_debug(on: bool = True) -> bool:
@@ -62,10 +64,22 @@ def clear() -> None:
     _CACHE.clear()
 
 
+def _backend(dist):
+    """The world's backend, asked once per parallel environment (and per ``get_backend``
+    function: a test double answers for itself); None before ``init_parallel_env()``."""
+    if not dist.is_initialized():
+        _BACKEND.clear()   # a later init_parallel_env() is asked again
+        return None
+    fn = dist.get_backend
+    name = _BACKEND.get(fn)
+    if name is None:
+        name = _BACKEND[fn] = str(fn())
+    return name
+
+
 def _key(o, installed: bool, x, mesh, placements):
     sm = x.process_mesh
-    dist = o.dist
-    backend = dist.get_backend() if dist.is_initialized() else None
+    backend = _backend(o.dist)
     return (installed, tuple(sm.process_ids), tuple(sm.shape), tuple(map(repr, x.placements)),
             tuple(mesh.process_ids), tuple(mesh.shape), tuple(map(repr, placements)), tuple(x.shape),
             x.dtype, x.stop_gradient or not o.grad_enabled(), backend, len(groups._GROUPS))
@@ -91,7 +105,7 @@ def installed(original, check: bool, x, mesh, placements):
     """``dist.reshard`` after ``install()``: Paddle's ``original`` for static graphs and what
     paddle-ext cannot express, else as :func:`reshard` (``check`` as installed)."""
     o = _ops()
-    if not o.in_dygraph() or not getattr(x, "is_dist", lambda: False)():
+    if not o.in_dygraph() or not getattr(x, "is_dist", _no)():
         return original(x, mesh, placements)
     if DEBUG[0]:
         return _installed_full(original, x, mesh, placements, True)
@@ -109,6 +123,10 @@ def installed(original, check: bool, x, mesh, placements):
         else:
             entry = _build(o, key, x, mesh, placements)
     return entry(x, mesh, placements, check)
+
+
+def _no():
+    return False
 
 
 def _installed_full(original, x, mesh, placements, check):
@@ -222,7 +240,7 @@ def _slice(o, x, src, dst, rank, ranks, exact):
     if len(cut) != 1:
         return None
     (axis, start, length), = cut
-    take, build, dims = o.take, o.dist_tensor, src.shape
+    take, build, dims = (o.take_rows if axis == 0 else o.take), o.dist_tensor, src.shape
     even = _even(dst) and len(dst.mesh_shape) == 1
 
     def sliced(x, mesh):
@@ -240,24 +258,44 @@ def _collective(o, x, kind, src, dst, rank, ranks, group, exact):
     if kind == "all_gather" and a == Shard(0) and b == Replicate() and gathers:
         return _gather(o, x, dims, group, exact)
     if kind == "all_reduce" and isinstance(a, Partial) and b == Replicate():
-        return _all_reduce(o, a.op, n, dims, group, exact)
-    if kind == "all_to_all" and a.dim == 0 and gathers and nbytes < GATHER_BELOW.get(n, 0):
-        return _gather(o, x, dims, group, exact, (b.dim, ranks.index(rank), n))
-    if kind == "all_to_all" and n == 2:
-        return _swap(o, x, a.dim, b.dim, ranks.index(rank), ranks, dims, group, exact)
-    if kind == "reduce_scatter" and n == 2 and isinstance(a, Partial) and isinstance(b, Shard):
-        return _reduce_swap(o, x, a.op, b.dim, ranks.index(rank), ranks, dims, group, exact)
+        return _all_reduce(o, x, a.op, n, dims, group, exact)
+    if n != 2 or kind not in ("all_to_all", "reduce_scatter"):
+        return None
+    k = ranks.index(rank)
+    trade = _pair(o, k, ranks[1 - k], group, gathers and nbytes < GATHER_BELOW.get(2, 0))
+    if kind == "all_to_all":
+        return _swap(o, x, a.dim, b.dim, k, trade, dims, exact)
+    if isinstance(a, Partial) and isinstance(b, Shard):
+        return _reduce_swap(o, x, a.op, b.dim, k, trade, dims, exact)
     return None
 
 
-def _exchange(dist, k, send, recv, peer, group):
-    """One swap with the peer; the lower rank sends first (gloo p2p is blocking)."""
-    if k == 0:
-        dist.send(send, dst=peer, group=group)
-        dist.recv(recv, src=peer, group=group)
-    else:
-        dist.recv(recv, src=peer, group=group)
-        dist.send(send, dst=peer, group=group)
+def _pair(o, k, peer, group, by_gather: bool):
+    """``trade(send, into)``: ``send`` goes to the peer, the peer's block of the same shape lands
+    in ``into`` (a view of an output, strided or not). Point-to-point (the lower rank sends
+    first; gloo's send and recv each wait for the peer), or, below :data:`GATHER_BELOW`, one
+    all_gather of both blocks: one round trip instead of two, the same bytes received."""
+    dist, view, empty, copy_into = o.dist, o.view, o.empty, o.copy_into
+    gather = dist.stream.all_gather
+
+    def by_all_gather(send, into):
+        r = send.shape[0]
+        both = empty([2 * r] + list(send.shape[1:]), send.dtype)
+        gather(both, send, group=group)
+        copy_into(view(both, 0, (1 - k) * r, (2 - k) * r), into)
+
+    def by_p2p(send, into):
+        buf = into if into.is_contiguous() else empty(into.shape, into.dtype)
+        if k == 0:
+            dist.send(send, dst=peer, group=group)
+            dist.recv(buf, src=peer, group=group)
+        else:
+            dist.recv(buf, src=peer, group=group)
+            dist.send(send, dst=peer, group=group)
+        if buf is not into:
+            copy_into(buf, into)
+
+    return by_all_gather if by_gather else by_p2p
 
 
 def _numel(shape) -> int:
@@ -273,51 +311,41 @@ def _out(o, shape, dtype, itemsize):
     return fresh(o.paddle, shape, dtype)   # huge pages for large CPU outputs (compat.buffers)
 
 
-def _gather(o, x, dims, group, exact, then_slice=None):
-    """One gloo all_gather of the dim-0 shards straight into the output (``S(0) -> R``); with
-    ``then_slice`` ``(dim, k, n)``, the output's k-th of n slices along ``dim`` (``S(0) -> S(dim)``
-    below :data:`GATHER_BELOW`: one collective instead of exchange rounds)."""
-    gather, build, take, itemsize = o.dist.stream.all_gather, o.dist_tensor, o.take, x.element_size()
-    if then_slice is None:
-        def gathered(x, mesh):
-            local = x._local_value()
-            out = _out(o, dims, local.dtype, itemsize)
-            gather(out, local.contiguous(), group=group)
-            return build(out, dims, mesh, exact, True)
+def _gather(o, x, dims, group, exact):
+    """``S(0) -> R``: one gloo all_gather of the dim-0 shards straight into the output."""
+    gather, build, itemsize = o.dist.stream.all_gather, o.dist_tensor, x.element_size()
 
-        return gathered
-    dim, k, n = then_slice
-    step = dims[dim] // n
-
-    def gathered_slice(x, mesh):
+    def gathered(x, mesh):
         local = x._local_value()
-        full = o.empty(dims, local.dtype)
-        gather(full, local.contiguous(), group=group)
-        return build(take(full, dim, k * step, (k + 1) * step), dims, mesh, exact, True)
+        out = _out(o, dims, local.dtype, itemsize)
+        gather(out, local.contiguous(), group=group)
+        return build(out, dims, mesh, exact, True)
 
-    return gathered_slice
+    return gathered
 
 
-def _all_reduce(o, op, n, dims, group, exact):
-    """``P -> R``: a copy of the source (never written) and one gloo all_reduce (avg: then / n)."""
-    dist, build = o.dist, o.dist_tensor
+def _all_reduce(o, x, op, n, dims, group, exact):
+    """``P -> R``: a copy of the source (never written; into huge pages when large) and one gloo
+    all_reduce (avg: then / n)."""
+    dist, build, copy_into, itemsize = o.dist, o.dist_tensor, o.copy_into, x.element_size()
     red = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
            "min": dist.ReduceOp.MIN}[op]
 
     def reduced(x, mesh):
-        y = x._local_value().clone()
+        local = x._local_value()
+        y = _out(o, dims, local.dtype, itemsize)
+        copy_into(local, y)
         dist.all_reduce(y, op=red, group=group)
         return build(y / n if op == "avg" else y, dims, mesh, exact, True)
 
     return reduced
 
 
-def _swap(o, x, src_dim, dst_dim, k, ranks, dims, group, exact):
+def _swap(o, x, src_dim, dst_dim, k, trade, dims, exact):
     """``S(i) -> S(j)`` on 2 ranks: my own block into the output, the peer's block packed and
-    swapped for mine (the lower rank sends first), received straight into the output when
-    that part of it is contiguous."""
-    dist, view, take, copy_into, build = o.dist, o.view, o.take, o.copy_into, o.dist_tensor
-    peer, itemsize = ranks[1 - k], x.element_size()
+    traded for mine, received straight into the output."""
+    view, take, copy_into, build = o.view, o.take, o.copy_into, o.dist_tensor
+    itemsize = x.element_size()
     a, b = dims[src_dim] // 2, dims[dst_dim] // 2
     shape = list(dims)
     shape[dst_dim] = b
@@ -326,22 +354,17 @@ def _swap(o, x, src_dim, dst_dim, k, ranks, dims, group, exact):
         local = x._local_value()
         out = _out(o, shape, local.dtype, itemsize)
         copy_into(view(local, dst_dim, k * b, (k + 1) * b), view(out, src_dim, k * a, (k + 1) * a))
-        theirs = take(local, dst_dim, (1 - k) * b, (2 - k) * b)
-        slot = view(out, src_dim, (1 - k) * a, (2 - k) * a)
-        buf = slot if slot.is_contiguous() else o.empty(slot.shape, local.dtype)
-        _exchange(dist, k, theirs, buf, peer, group)
-        if buf is not slot:
-            copy_into(buf, slot)
+        trade(take(local, dst_dim, (1 - k) * b, (2 - k) * b), view(out, src_dim, (1 - k) * a, (2 - k) * a))
         return build(out, dims, mesh, exact, True)
 
     return swapped
 
 
-def _reduce_swap(o, x, op, dim, k, ranks, dims, group, exact):
-    """``P -> S(d)`` on 2 ranks: send the peer the part of my partial value it keeps, receive
-    mine from it and reduce it into the received buffer (as the per-rank executor does)."""
-    dist, view, take, paddle, build = o.dist, o.view, o.take, o.paddle, o.dist_tensor
-    peer, half = ranks[1 - k], dims[dim] // 2
+def _reduce_swap(o, x, op, dim, k, trade, dims, exact):
+    """``P -> S(d)`` on 2 ranks: trade the part of my partial value the peer keeps for the
+    peer's part of mine and reduce mine into the received buffer (as the per-rank executor does)."""
+    view, take, paddle, build = o.view, o.take, o.paddle, o.dist_tensor
+    half = dims[dim] // 2
     shape = list(dims)
     shape[dim] = half
 
@@ -350,7 +373,7 @@ def _reduce_swap(o, x, op, dim, k, ranks, dims, group, exact):
         theirs = view(local, dim, (1 - k) * half, (2 - k) * half)
         theirs = theirs if theirs.is_contiguous() else take(local, dim, (1 - k) * half, (2 - k) * half)
         buf = _out(o, shape, local.dtype, x.element_size())
-        _exchange(dist, k, theirs, buf, peer, group)
+        trade(theirs, buf)
         mine = view(local, dim, k * half, (k + 1) * half)
         if op in ("sum", "avg"):
             buf.add_(mine)
