@@ -17,7 +17,7 @@ import functools
 from ..compat import dispatch as cd
 from ..compat.convert import to_paddle_placements
 from ..placements import DistSpec, Partial, Replicate
-from ..reshard.dygraph import reshard as ext_reshard
+from ..reshard.fast import reshard as ext_reshard
 from .outputs import check_local, wrap
 from .call_plan import Plan, fits_from_local
 from .slots import restructure
