@@ -95,15 +95,43 @@ def _cell(status: str, detail: str) -> str:
     return text.replace("|", "\\|")
 
 
+GRADIENTS = "first-step gradients (worst matching cell)"
+_GRAD_FIGURES = re.compile(r"gradients: \d+ parameters, max rel (\S+) .*?norm ratio furthest from 1: (\S+)")
+
+
+def gradient_figure(row: dict, modes: list[str]) -> str:
+    """The row's gradient column: the largest max relative error and the norm ratio furthest
+    from 1 among the cells that matched with their gradients recorded (dygraph); what the table
+    had when none ran now."""
+    measured = _measured_gradients(row, modes)
+    if measured is not None:
+        return measured
+    return row.get("gradients") or ("losses only (to_static)" if row.get("exec") == "to_static" else "not measured")
+
+
+def _measured_gradients(row: dict, modes: list[str]) -> str | None:
+    figures = []
+    for m in modes:
+        status, detail = row.get(m, ("", ""))
+        found = _GRAD_FIGURES.search(detail or "") if status == "match" else None
+        if found:
+            figures.append((float(found.group(1)), float(found.group(2))))
+    if not figures:
+        return None
+    rel = max(f[0] for f in figures)
+    ratio = max((f[1] for f in figures), key=lambda r: abs(r - 1.0))
+    return f"max rel {rel:.2g}, norm x{ratio:.6f}"
+
+
 def render(rows: list[dict], modes: list[str]) -> str:
     """The matrix as a Markdown table, one row per model x plan x execution."""
     from ..testing.real_models import MODE_TITLES
 
-    head = ["model", "plan", "ranks", "execution"] + [MODE_TITLES[m] for m in modes]
+    head = ["model", "plan", "ranks", "execution"] + [MODE_TITLES[m] for m in modes] + [GRADIENTS]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         out.append("| " + " | ".join([r["model"], r["plan"], str(r["world"]), r["exec"]]
-                                     + [_cell(*r[m]) for m in modes]) + " |")
+                                     + [_cell(*r[m]) for m in modes] + [gradient_figure(r, modes)]) + " |")
     return "\n".join(out)
 
 
@@ -133,6 +161,8 @@ def read_rows(text: str) -> list[dict]:
             if title in cells:
                 status, _, detail = cells[title].partition(": ")
                 row[mode] = (status, detail)
+        if cells.get(GRADIENTS):
+            row["gradients"] = cells[GRADIENTS]
         rows.append(row)
     return rows
 
@@ -144,6 +174,8 @@ def merge(old: list[dict], new: list[dict]) -> list[dict]:
 
     have = {(r["model"], r["plan"], r["exec"]): dict(r) for r in old}
     for r in new:
+        measured = _measured_gradients(r, [m for m in rm.MATRIX_MODES if m in r])
+        r = {**r, "gradients": measured} if measured else r
         have.setdefault((r["model"], r["plan"], r["exec"]), {}).update(r)
     out = []
     for model in rm.MODELS:
@@ -152,6 +184,8 @@ def merge(old: list[dict], new: list[dict]) -> list[dict]:
                 row = {"model": model, "plan": plan, "world": spec[0], "exec": ex}
                 for mode in rm.MATRIX_MODES:
                     row[mode] = have.get((model, plan, ex), {}).get(mode, ("not run yet", ""))
+                if have.get((model, plan, ex), {}).get("gradients"):
+                    row["gradients"] = have[(model, plan, ex)]["gradients"]
                 out.append(row)
     return out
 

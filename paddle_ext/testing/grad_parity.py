@@ -52,8 +52,11 @@ def record_of(tensor, rank: int) -> dict | None:
     ids = list(mesh.process_ids)
     if rank not in ids:
         return None
+    placements = [placement_text(p) for p in tensor.placements]
+    # Paddle may leave a tensor's trailing Replicates out: one placement per mesh dim
+    placements += ["R"] * (len(mesh.shape) - len(placements))
     return {"local": np.array(tensor._local_value().numpy()), "mesh": ids, "shape": list(mesh.shape),
-            "placements": [placement_text(p) for p in tensor.placements], "global_shape": list(tensor.shape)}
+            "placements": placements, "global_shape": list(tensor.shape)}
 
 
 def snapshot(named: Iterable, rank: int, name_of: Callable[[str], str] = str) -> dict:
@@ -264,6 +267,13 @@ def _zero_floor(grads: dict, tol: float) -> Callable[[str], float]:
     return lambda name: tol * 0.01 * largest
 
 
+def rows_of(grads: dict, updates: dict, dense: dict, tol: float) -> tuple[list[Row], list[Row]]:
+    """The gradient and update :class:`Row` s of assembled values against ``dense``, with the
+    floors :func:`check_training` judges by."""
+    return (compare_all(grads, dense["grads"], tol, _zero_floor(dense["grads"], tol)),
+            compare_all(updates, dense["updates"], tol, _rounding_of(dense["weights0"])))
+
+
 def check_training(dense: dict, per_rank: list[dict], tol: float) -> tuple[bool, str]:
     """Initial weights bit for bit, first-step gradients and updates within ``tol``, per
     parameter, against ``dense`` = {"weights0", "grads", "updates"} of global arrays."""
@@ -276,7 +286,6 @@ def check_training(dense: dict, per_rank: list[dict], tol: float) -> tuple[bool,
     differ = weights_equal(w0, dense["weights0"])
     if differ:
         return False, f"initial weights differ from dense (not bit for bit): {differ[:5]}"
-    g_rows = compare_all(grads, dense["grads"], tol, _zero_floor(dense["grads"], tol))
-    u_rows = compare_all(updates, dense["updates"], tol, _rounding_of(dense["weights0"]))
+    g_rows, u_rows = rows_of(grads, updates, dense, tol)
     ok = all(r.ok for r in g_rows + u_rows)
     return ok, f"gradients: {summary(g_rows)}; updates: {summary(u_rows)}"

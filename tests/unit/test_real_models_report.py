@@ -91,3 +91,25 @@ def test_a_partial_run_updates_the_table_instead_of_replacing_it(tmp_path):
     assert merged[("gpt", "dp2", "dygraph")]["install"] == ("error", "RuntimeError: a|b: c")
     assert merged[("gpt", "dp2", "dygraph")]["enable"] == ("match", "x")
     assert merged[("qwen", "pp2", "to_static")][rm.OUTSIDE_STATIC_MODE] == ("not run yet", "")
+
+
+def test_the_gradient_column_holds_the_worst_matching_cell_and_survives_a_rewrite(tmp_path):
+    grads = ("losses: max relative difference 1e-07; gradients: 36 parameters, max rel {rel} (a.w), norm ratio "
+             "furthest from 1: {ratio} (a.w); updates: 36 parameters, max rel 4e-06 (b.w), norm ratio furthest "
+             "from 1: 1.000000 (b.w)")
+    row = {"model": "gpt", "plan": "dp2", "world": 2, "exec": "dygraph",
+           "alone": ("match", grads.format(rel="2e-07", ratio="1.000001")),
+           "install": ("match", grads.format(rel="9e-07", ratio="0.999998")),
+           "enable": ("mismatch", grads.format(rel="0.5", ratio="0.500000"))}   # not a match: not counted
+    assert compat.gradient_figure(row, ["alone", "install", "enable"]) == "max rel 9e-07, norm x0.999998"
+    doc = tmp_path / "compatibility.md"
+    compat.write_section(doc, compat.render(compat.merge([], [row]), list(rm.MATRIX_MODES)))
+    old = {(r["model"], r["plan"], r["exec"]): r for r in compat.read_rows(doc.read_text())}
+    assert old[("gpt", "dp2", "dygraph")]["gradients"] == "max rel 9e-07, norm x0.999998"
+    # a later run without gradient figures for that row keeps them; a row never measured says so
+    later = [{"model": "gpt", "plan": "dp2", "world": 2, "exec": "dygraph", "enable": ("error", "boom")}]
+    merged = {(r["model"], r["plan"], r["exec"]): r for r in compat.merge(list(old.values()), later)}
+    modes = list(rm.MATRIX_MODES)
+    assert compat.gradient_figure(merged[("gpt", "dp2", "dygraph")], modes) == "max rel 9e-07, norm x0.999998"
+    assert compat.gradient_figure(merged[("qwen", "mp2", "dygraph")], modes) == "not measured"
+    assert compat.gradient_figure(merged[("qwen", "mp2", "to_static")], modes) == "losses only (to_static)"
