@@ -341,6 +341,25 @@ class _LossOf:
         return LossOf(net), PassLoss()
 
 
+def _program_weights(net, dm):
+    """The (parameter name, value) pairs of a ``dist.to_static`` model's state: its keys are the
+    Layer's state-dict keys, where a tied weight may stand under its other name (GPT's LM head
+    is the word embedding: ``lm_head.weight``); each is named as ``named_parameters`` names it."""
+    by_id = {id(p): n for n, p in net.named_parameters()}
+    alias = {k: by_id[id(v)] for k, v in net.state_dict().items() if id(v) in by_id}
+
+    def pairs():
+        seen, out = set(), []
+        for key, value in dm.state_dict().items():
+            name = alias.get(key)
+            if name is not None and name not in seen:
+                seen.add(name)
+                out.append((name, value))
+        return out
+
+    return pairs
+
+
 def train_rank(model: str, plan: str, mode: str, exec_mode: str, optimizer: str = "adamw", record: bool = False,
                mutate: dict | None = None) -> dict:
     """One rank of a PaddleNLP auto-parallel training run of ``plan`` (a :data:`PLANS` name);
@@ -354,8 +373,8 @@ def train_layout(model: str, layout: tuple, mode: str, exec_mode: str, steps: in
     stage), ``steps`` steps of a global ``batch``; returns {"rank", "losses", "params_written",
     "step_ends" (``perf_counter`` after each step), "peak_memory" (this process's peak RSS in
     bytes)}. ``optimizer``: "adamw" or "sgd" (:func:`make_optimizer`).
-    ``record`` (dygraph): also the first step's "weights0", "grads" and "updates" as this rank's
-    :mod:`.grad_parity` records; ``mutate`` ({name fragment: factor}) scales those gradients
+    ``record``: also the first step's "weights0", "grads" (dygraph only: under ``dist.to_static``
+    the gradient stays in the program) and "updates" as this rank's :mod:`.grad_parity` records; ``mutate`` ({name fragment: factor}) scales those gradients
     before the step, for the tests that show a wrong gradient is caught."""
     import faulthandler
     import resource
@@ -417,8 +436,8 @@ def train_layout(model: str, layout: tuple, mode: str, exec_mode: str, steps: in
         return dist.shard_dataloader(plain, meshes=meshes, shard_dims="dp")
 
     losses, step_ends = [], []
-    if record and exec_mode != "dygraph":
-        raise ValueError("record=True reads each parameter's gradient between backward and step: dygraph only")
+    if mutate and exec_mode != "dygraph":
+        raise ValueError("mutate scales a gradient between backward and step: dygraph only")
     recorder = StepRecorder(net, rank, _canonical) if record else None
     if exec_mode == "dygraph":
         net.train()
@@ -439,8 +458,13 @@ def train_layout(model: str, layout: tuple, mode: str, exec_mode: str, steps: in
             net, criterion = _LossOf(net)
         dm = dist.to_static(net, loader(own_loss), criterion, opt)
         dm.train()
+        if recorder is not None:   # the gradient stays in the program: weights before and after
+            recorder = StepRecorder(_program_weights(net, dm), rank, lambda n: _canonical(n.removeprefix("inner.")))
+            recorder.before_step()
         for fields in loader(own_loss):
             losses.append(_loss_value(dm(*fields), rank))
+            if recorder is not None and len(losses) == 1:
+                recorder.after_step()
             step_ends.append(time.perf_counter())
     if all(v is None for v in losses):
         losses = None

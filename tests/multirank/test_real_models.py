@@ -2,7 +2,8 @@
 library's own path with SGD, against the dense single-process reference: per parameter, the
 initial weights bit for bit, the first step's gradient and the update SGD applied (max relative
 difference <= 1e-5, norm ratio within 1e-5 of 1; ``testing/grad_parity.py``), and the losses as
-a second check. Under ``dist.to_static`` (backward and step in one call) the losses only.
+a second check. Under ``dist.to_static`` (backward and step in one call, the gradient stays in the program) the
+initial weights and the update, read from the DistModel's state before and after the first step.
 
 The dense reference (``testing/dense_reference.py``) shares no distributed code path: GPT's
 non-auto class; for Qwen and DeepSeek-V2 (no matching non-auto twin) the auto class with
@@ -58,8 +59,7 @@ def _train(model, plan, mode, exec_mode, tmp_path, mutate=None):
     # Paddle alone is the baseline: a crash of Paddle's own interpreter teardown, after every rank
     # returned its losses (seen once in CI: SIGABRT, GPT mp2), is Paddle's; its values stand and
     # the harness warns. With paddle-ext on, teardown must stay clean
-    record = exec_mode == "dygraph"
-    return run_ranks(rm.train_rank, rm.PLANS[plan][0], args=(model, plan, mode, exec_mode, "sgd", record, mutate),
+    return run_ranks(rm.train_rank, rm.PLANS[plan][0], args=(model, plan, mode, exec_mode, "sgd", True, mutate),
                      timeout=300, log_dir=tmp_path / "log", teardown="warn" if mode == "alone" else "raise")
 
 
