@@ -37,7 +37,7 @@ from ..compat.fast_tensor import ops as _ops
 from ..compat.views import require_writable_views
 from ..errors import ConversionError
 from ..placements import Partial, Replicate, Shard
-from . import dygraph, groups
+from . import dygraph, groups, routing
 from .layout import Geometry, coord_in, relative
 from .native import _even
 from .originals import NATIVE_LISTENERS, SAVED
@@ -51,6 +51,7 @@ LIMIT = 4096            # entries; the cache is emptied when full (every rank al
 GATHER_BELOW = {2: 0}
 _CACHE: dict = {}
 _BACKEND: dict = {}
+_MESHES: dict = {}
 
 
 def set_debug(on: bool = True) -> bool:
@@ -77,11 +78,24 @@ def _backend(dist):
     return name
 
 
+def _mesh_key(mesh):
+    """(ranks, shape) of a target ProcessMesh, remembered per mesh object (a step passes the same
+    mesh again and again; the entry holds the mesh, so its id is not reused meanwhile)."""
+    known = _MESHES.get(id(mesh))
+    if known is not None and known[0] is mesh:
+        return known[1]
+    if len(_MESHES) >= 256:
+        _MESHES.clear()
+    key = (tuple(mesh.process_ids), tuple(mesh.shape))
+    _MESHES[id(mesh)] = (mesh, key)
+    return key
+
+
 def _key(o, installed: bool, x, mesh, placements):
     sm = x.process_mesh
     backend = _backend(o.dist)
     return (installed, tuple(sm.process_ids), tuple(sm.shape), tuple(map(repr, x.placements)),
-            tuple(mesh.process_ids), tuple(mesh.shape), tuple(map(repr, placements)), tuple(x.shape),
+            _mesh_key(mesh), tuple(map(repr, placements)), tuple(x.shape),
             x.dtype, x.stop_gradient or not o.grad_enabled(), backend, len(groups._GROUPS))
 
 
@@ -109,6 +123,14 @@ def installed(original, check: bool, x, mesh, placements):
         return original(x, mesh, placements)
     if DEBUG[0]:
         return _installed_full(original, x, mesh, placements, True)
+    dist = o.dist
+    if not dist.is_initialized() and dist.get_world_size() > 1:
+        # no process group: every reshard within one mesh goes to Paddle (routing.to_paddle_first),
+        # decided before any key is built; a change of mesh takes the key (it may be refused)
+        sm = x.process_mesh
+        if sm.process_ids == mesh.process_ids and sm.shape == mesh.shape:
+            routing.note_no_parallel_env()
+            return _original(o)(x, mesh, list(placements))
     try:
         key = _key(o, True, x, mesh, placements)
     except (AttributeError, TypeError):
@@ -172,7 +194,7 @@ def _build(o, key, x, mesh, placements):
     if kind != "ext":
         return _store(key, native)
     values = _runner(o, x, specs)
-    differentiable = not key[9]
+    differentiable = not key[8]
 
     def ext(x, mesh, placements, check):
         if check:

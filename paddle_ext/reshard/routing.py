@@ -67,14 +67,19 @@ def to_paddle_first(paddle, x, mesh, backend: str | None) -> str | None:
                 "dist.init_parallel_env(): Paddle's own cross-mesh reshard, the only one that can run without a "
                 "process group, dies with SIGSEGV on this CPU wheel (GetDefaultPlace with no custom device); "
                 "call dist.init_parallel_env() first and paddle-ext's executor moves the data")
-        note_once("no-parallel-env",
-                  "the parallel environment is not initialized (no dist.init_parallel_env()), so paddle-ext "
-                  "has no process group to run on; dist.reshard goes to Paddle's own reshard, which creates its "
-                  "communicators itself (call dist.init_parallel_env() to use paddle-ext's executor)")
+        note_no_parallel_env()
         return "no-parallel-env"
     if route_unknown(backend, "dygraph reshards"):
         return f"backend {backend}"
     return None
+
+
+def note_no_parallel_env() -> None:
+    """The one log line (per process) of a reshard handed to Paddle for want of a process group."""
+    note_once("no-parallel-env",
+              "the parallel environment is not initialized (no dist.init_parallel_env()), so paddle-ext "
+              "has no process group to run on; dist.reshard goes to Paddle's own reshard, which creates its "
+              "communicators itself (call dist.init_parallel_env() to use paddle-ext's executor)")
 
 
 def meshes_differ(src_ranks, src_shape, dst_ranks, dst_shape) -> bool:
