@@ -95,8 +95,8 @@ def _cell(status: str, detail: str) -> str:
     return text.replace("|", "\\|")
 
 
-GRADIENTS = "first-step gradients (worst matching cell)"
-_GRAD_FIGURES = re.compile(r"gradients: \d+ parameters, max rel (\S+) .*?norm ratio furthest from 1: (\S+)")
+GRADIENTS = "first-step gradients (to_static: updates), worst matching cell"
+_GRAD_FIGURES = re.compile(r"(gradients|updates): \d+ parameters, max rel (\S+) .*?norm ratio furthest from 1: (\S+)")
 
 
 def gradient_figure(row: dict, modes: list[str]) -> str:
@@ -106,21 +106,22 @@ def gradient_figure(row: dict, modes: list[str]) -> str:
     measured = _measured_gradients(row, modes)
     if measured is not None:
         return measured
-    return row.get("gradients") or ("losses only (to_static)" if row.get("exec") == "to_static" else "not measured")
+    return row.get("gradients") or "not measured"
 
 
 def _measured_gradients(row: dict, modes: list[str]) -> str | None:
     figures = []
     for m in modes:
         status, detail = row.get(m, ("", ""))
-        found = _GRAD_FIGURES.search(detail or "") if status == "match" else None
+        found = _GRAD_FIGURES.search(detail or "") if status == "match" else None   # gradients first
         if found:
-            figures.append((float(found.group(1)), float(found.group(2))))
+            figures.append((found.group(1), float(found.group(2)), float(found.group(3))))
     if not figures:
         return None
-    rel = max(f[0] for f in figures)
-    ratio = max((f[1] for f in figures), key=lambda r: abs(r - 1.0))
-    return f"max rel {rel:.2g}, norm x{ratio:.6f}"
+    rel = max(f[1] for f in figures)
+    ratio = max((f[2] for f in figures), key=lambda r: abs(r - 1.0))
+    what = "" if all(f[0] == "gradients" for f in figures) else "updates: "   # to_static: updates only
+    return f"{what}max rel {rel:.2g}, norm x{ratio:.6f}"
 
 
 def render(rows: list[dict], modes: list[str]) -> str:

@@ -112,4 +112,8 @@ def test_the_gradient_column_holds_the_worst_matching_cell_and_survives_a_rewrit
     modes = list(rm.MATRIX_MODES)
     assert compat.gradient_figure(merged[("gpt", "dp2", "dygraph")], modes) == "max rel 9e-07, norm x0.999998"
     assert compat.gradient_figure(merged[("qwen", "mp2", "dygraph")], modes) == "not measured"
-    assert compat.gradient_figure(merged[("qwen", "mp2", "to_static")], modes) == "losses only (to_static)"
+    assert compat.gradient_figure(merged[("qwen", "mp2", "to_static")], modes) == "not measured"
+    static = {"model": "gpt", "plan": "dp2", "world": 2, "exec": "to_static",
+              "install": ("match", "losses: x; gradients: not visible (to_static); updates: 36 parameters, max rel "
+                                   "3e-06 (a.w), norm ratio furthest from 1: 1.000002 (a.w)")}
+    assert compat.gradient_figure(static, ["install"]) == "updates: max rel 3e-06, norm x1.000002"
