@@ -53,6 +53,7 @@ def collect() -> dict:
     for name in fixes:
         fixes[name]["applied"] = name in applied
     report["compat_fixes"] = fixes
+    report["opt_in_fixes"] = _opt_ins()
     from ..compat.registries import probe_all
 
     report["registries"] = probe_all()
@@ -72,6 +73,24 @@ def collect() -> dict:
     return report
 
 
+def _opt_ins() -> dict:
+    """The fixes plain ``install()`` leaves off (each has a visible effect), with their switch
+    and whether they are on in this process."""
+    from ..compat import outside_mesh
+    from ..compat.static_engine import STATIC_FIXES
+
+    out = {}
+    for switch, table in (("install(static_engine=True)", STATIC_FIXES),
+                          ("install(ranks_outside_mesh=True)", outside_mesh.FIXES)):
+        for name, fix in table.items():
+            out[name] = {"summary": fix.summary, "switch": switch, "on": fix.is_applied()}
+    reason = outside_mesh.unsupported_reason()
+    out["ranks-outside-mesh"]["applies_here"] = reason is None
+    if reason is not None:
+        out["ranks-outside-mesh"]["why_not_here"] = reason
+    return out
+
+
 def _print_text(report: dict) -> None:
     p = report["paddle"]
     print(f"paddle-ext {report['paddle_ext']}  python {report['python']}  numpy {report['numpy']}")
@@ -82,6 +101,9 @@ def _print_text(report: dict) -> None:
         state = "error: " + f["error"] if "error" in f else (
             ("needed, applied" if f["applied"] else "needed, NOT applied") if f["needed"] else "not needed")
         print(f"fix {name:<22} {state}  -- {f['summary']}")
+    for name, f in report.get("opt_in_fixes", {}).items():
+        state = "on" if f["on"] else "off"
+        print(f"opt-in {name:<19} {state:<3} {f['switch']}  -- {f['summary']}")
     for name, r in report.get("registries", {}).items():
         if r["found"]:
             extra = r.get("count", r.get("schedules", r.get("example", "")))

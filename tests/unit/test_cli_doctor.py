@@ -26,9 +26,19 @@ def test_doctor_json_lists_everything_and_passes():
     assert set(report["compat_fixes"]) == {"numpy-mesh-rank", "static-gloo-groups", "static-gloo-barrier",
                                            "gloo-group-rendezvous", "gloo-batch-p2p-order", "cpu-collectives",
                                            "checkpoint-cpu-load", "static-gloo-rings",
-                                           "zero3-gather-on-conflict", "stage1-dense-grads"}
+                                           "zero3-gather-on-conflict", "stage1-dense-grads", "bool-cast-grad"}
     for fix in report["compat_fixes"].values():
         assert fix["applied"] == fix["needed"]
+    # the silent-wrong gradient fix is needed on Paddle 3.3.1 and applied by plain install()
+    if paddle.__version__ == "3.3.1":
+        assert report["compat_fixes"]["bool-cast-grad"]["applied"] is True
+    # every opt-in is listed with its switch, off in a process that did not ask for it
+    opt = report["opt_in_fixes"]
+    assert {"ranks-outside-mesh", "static-pipeline-schedules"} <= set(opt)
+    assert opt["ranks-outside-mesh"]["switch"] == "install(ranks_outside_mesh=True)"
+    assert all(f["on"] is False for f in opt.values())
+    # one process: where every rank is in every mesh, the fix says it does not apply, and why
+    assert opt["ranks-outside-mesh"]["applies_here"] is False and "world size 1" in opt["ranks-outside-mesh"]["why_not_here"]
     regs = report["registries"]
     assert set(regs) == {"static_reshard_functions", "pass_registry", "dygraph_pipelining",
                          "spmd_rule_lookup", "pir_pipeline_pass"}
