@@ -1,6 +1,7 @@
 """The fast path of a repeated reshard (paddle_ext/reshard/fast.py) on real gloo ranks.
 
-* Every 1-D pair of the reshard matrix on 2 ranks, three calls each (the first fills the cache,
+* Every 1-D pair of the reshard matrix on 2 ranks, three calls each (and every 2x2 and cross-mesh
+  case of the matrix on 4 ranks, two calls each) (the first fills the cache,
   the others are served from it) through ``dist.reshard`` after ``install()`` and through
   ``paddle_ext.reshard``: bit-exact against dense every time, the source never written, the
   result never sharing the source's memory.
@@ -15,24 +16,33 @@ import pytest
 import fast_path_ranks as fr
 from paddle_ext.reshard.checks import assemble_case
 from paddle_ext.reshard.exact import dense_for
-from paddle_ext.reshard.matrix_cases import one_d_cases
+from paddle_ext.reshard.matrix_cases import cross_cases, one_d_cases, two_d_cases
 from paddle_ext.testing import run_ranks
 
 pytestmark = pytest.mark.multirank
 
 
-def test_repeated_calls_are_bit_exact_on_2_ranks(tmp_path):
-    cases = one_d_cases(2)
-    res = run_ranks(fr.repeated_calls, nproc=2, args=(cases,), timeout=300, log_dir=tmp_path)
+def _check_repeated(cases, res, calls):
     bad = []
     for c in cases:
         for way in ("dist", "ext"):
-            for i in range(3):
+            for i in range(calls):
                 ok, why = assemble_case(c, [r[(c.id, way, i)] for r in res])
                 if not ok:
                     bad.append(f"{c.id} {way} call {i + 1}: {why}")
     assert not bad, f"{len(bad)} failed:\n" + "\n".join(bad[:20])
     assert all(r["cached"] > 0 for r in res)
+
+
+def test_repeated_calls_are_bit_exact_on_2_ranks(tmp_path):
+    cases = one_d_cases(2)
+    _check_repeated(cases, run_ranks(fr.repeated_calls, nproc=2, args=(cases,), timeout=300, log_dir=tmp_path), 3)
+
+
+def test_repeated_2x2_and_cross_mesh_calls_are_bit_exact_on_4_ranks(tmp_path):
+    cases = two_d_cases() + cross_cases()
+    res = run_ranks(fr.repeated_calls, nproc=4, args=(cases, 2), timeout=400, log_dir=tmp_path)
+    _check_repeated(cases, res, 2)
 
 
 def test_a_mismatch_on_cache_hits_is_a_named_error_on_every_rank(tmp_path):
