@@ -66,7 +66,8 @@ def dense_run(model: str, optimizer: str = "sgd", steps: int = rm.STEPS, batch: 
                 record.after_step()
             opt.clear_grad()
             losses.append(float(loss.numpy()))
-    out = {"rank": 0, "losses": losses}
-    for key, recs in record.result().items():
-        out[key] = {name: rec["local"] for name, rec in recs.items()}
+    recorded = [{"rank": 0, **record.result()}]
+    out = {"rank": 0, "losses": losses, "updates": grad_parity.assembled_updates(recorded)}
+    for key in ("weights0", "grads"):
+        out[key] = grad_parity.assemble_all(recorded, key)
     return out

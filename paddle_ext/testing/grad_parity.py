@@ -205,27 +205,15 @@ def scale_grad(param, factor: float) -> None:
     (grad._local_value() if grad.is_dist() else grad).scale_(factor)
 
 
-def _whole(rec: dict) -> bool:
-    return rec["mesh"] is None or all(p == "R" for p in rec["placements"])
-
-
-def _same_layout(a: dict, b: dict) -> bool:
-    """Two records of one tensor hold the same part of it: same placements, or both whole (a
-    dense parameter that the optimizer step made a replicated DistTensor)."""
-    if a["local"].shape != b["local"].shape:
-        return False
-    return a.get("placements") == b.get("placements") or (_whole(a) and _whole(b))
-
-
 class StepRecorder:
     """Rank side of one training step's records: the weights before it, the gradients it
-    applies, and the update it made (weights after minus before, in float64)."""
+    applies, and the weights after it (the update is taken on the assembled values)."""
 
     def __init__(self, net, rank: int, name_of: Callable[[str], str] = str):
         """``net``: a Layer (its ``named_parameters``), or a callable giving (name, tensor) pairs
         (a ``dist.to_static`` model's state, where only weights are visible)."""
         self.net, self.rank, self.name_of = net, rank, name_of
-        self.weights0, self.grads, self.updates = {}, {}, {}
+        self.weights0, self.grads, self.weights1 = {}, {}, {}
 
     def _named(self):
         return self.net() if callable(self.net) and not hasattr(self.net, "named_parameters") \
@@ -244,18 +232,12 @@ class StepRecorder:
             self.grads = snapshot(((n, p.grad) for n, p in self._named()), self.rank, self.name_of)
 
     def after_step(self) -> None:
-        after = snapshot(self._named(), self.rank, self.name_of)
-        self.updates = {}
-        for name, rec in after.items():
-            before = self.weights0.get(name)
-            if before is None or not _same_layout(before, rec):
-                raise AssemblyError(f"{name}: its placements changed across the optimizer step "
-                                    f"({before and before.get('placements')} -> {rec.get('placements')})")
-            delta = rec["local"].astype("float64") - before["local"].astype("float64")
-            self.updates[name] = {**rec, "local": delta}
+        """After ``opt.step()``: the weights as they are now (their placements may have changed:
+        a ZeRO-3 parameter gathered for an op is sharded again), assembled globally later."""
+        self.weights1 = snapshot(self._named(), self.rank, self.name_of)
 
     def result(self) -> dict:
-        out = {"weights0": self.weights0, "updates": self.updates}
+        out = {"weights0": self.weights0, "weights1": self.weights1}
         return {**out, "grads": self.grads} if hasattr(self.net, "named_parameters") else out
 
 
@@ -272,6 +254,13 @@ def _zero_floor(grads: dict, tol: float) -> Callable[[str], float]:
     return lambda name: tol * 0.01 * largest
 
 
+def assembled_updates(per_rank: list[dict]) -> dict:
+    """``{name: weights after - weights before}`` of the first step, each assembled globally
+    first (float64)."""
+    before, after = assemble_all(per_rank, "weights0"), assemble_all(per_rank, "weights1")
+    return {n: after[n].astype("float64") - before[n].astype("float64") for n in after if n in before}
+
+
 def rows_of(grads: dict, updates: dict, dense: dict, tol: float) -> tuple[list[Row], list[Row]]:
     """The gradient and update :class:`Row` s of assembled values against ``dense``, with the
     floors :func:`check_training` judges by."""
@@ -285,7 +274,7 @@ def check_training(dense: dict, per_rank: list[dict], tol: float) -> tuple[bool,
     try:
         w0 = assemble_all(per_rank, "weights0")
         grads = assemble_all(per_rank, "grads")
-        updates = assemble_all(per_rank, "updates")
+        updates = assembled_updates(per_rank)
     except AssemblyError as exc:
         return False, f"the ranks' values do not assemble: {exc}"
     differ = weights_equal(w0, dense["weights0"])

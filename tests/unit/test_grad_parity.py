@@ -42,13 +42,15 @@ def test_a_missing_rank_is_an_error():
 
 
 def _run(grads, weights0, updates):
-    """Two dp ranks each holding the whole (replicated) value."""
+    """Two dp ranks each holding the whole (replicated) value; the weights after the step are
+    the float32 sum of the weights before and ``updates``."""
+    weights1 = {n: (weights0[n].astype("float64") + u).astype("float32") for n, u in updates.items()}
     per_rank = []
     for rank in (0, 1):
         per_rank.append({"rank": rank,
                          **{k: {n: _rec(v, [0, 1], [2], ["R"]) | {"global_shape": list(v.shape)}
                                 for n, v in d.items()}
-                            for k, d in (("grads", grads), ("weights0", weights0), ("updates", updates))}})
+                            for k, d in (("grads", grads), ("weights0", weights0), ("weights1", weights1))}})
     return per_rank
 
 
