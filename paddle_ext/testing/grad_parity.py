@@ -89,11 +89,8 @@ def assemble(records: list[dict], what: str = "tensor") -> np.ndarray:
     if records[0]["mesh"] is None:
         return _same([r["local"] for r in records], f"{what} (dense on every rank)")
     ids, shape, placements = records[0]["mesh"], records[0]["shape"], records[0]["placements"]
-    by_rank = {}
-    for r in records:
-        if r["mesh"] != ids or r["placements"] != placements:
-            raise AssemblyError(f"{what}: ranks disagree on its mesh or placements")
-        by_rank[len(by_rank)] = r
+    if any(r["mesh"] != ids or r["placements"] != placements for r in records):
+        raise AssemblyError(f"{what}: ranks disagree on its mesh or placements")
     if len(records) != len(ids):
         raise AssemblyError(f"{what}: {len(records)} of the {len(ids)} ranks of its mesh returned it")
     grid = np.empty(len(ids), dtype=object)
@@ -111,7 +108,7 @@ def assemble(records: list[dict], what: str = "tensor") -> np.ndarray:
 def _combine(grid: np.ndarray, axis: int, placement: str, what: str) -> np.ndarray:
     rest = grid.shape[:axis] + grid.shape[axis + 1:]
     out = np.empty(rest, dtype=object)
-    for index in np.ndindex(*rest) if rest else [()]:
+    for index in np.ndindex(*rest):   # one empty index when no mesh dim is left
         parts = [grid[index[:axis] + (k,) + index[axis:]] for k in range(grid.shape[axis])]
         if placement.startswith("S("):
             out[index] = np.concatenate(parts, axis=int(placement[2:-1]))
@@ -127,12 +124,10 @@ def assemble_all(per_rank: list[dict], key: str) -> dict:
     names = sorted({n for r in per_rank for n in (r.get(key) or {})})
     out = {}
     for name in names:
-        recs = [r[key][name] for r in per_rank if name in (r.get(key) or {})]
-        if recs[0]["mesh"] is not None:   # mesh order: rank order among the mesh's process ids
-            order = recs[0]["mesh"]
-            ranked = {r["rank"]: r[key][name] for r in per_rank if name in (r.get(key) or {})}
-            recs = [ranked[i] for i in order if i in ranked]
-        out[name] = assemble(recs, name)
+        held = {r["rank"]: r[key][name] for r in per_rank if name in (r.get(key) or {})}
+        first = next(iter(held.values()))
+        order = first["mesh"] if first["mesh"] is not None else sorted(held)   # the mesh's process order
+        out[name] = assemble([held[i] for i in order if i in held], name)
     return out
 
 
@@ -212,12 +207,10 @@ class StepRecorder:
     def __init__(self, net, rank: int, name_of: Callable[[str], str] = str):
         """``net``: a Layer (its ``named_parameters``), or a callable giving (name, tensor) pairs
         (a ``dist.to_static`` model's state, where only weights are visible)."""
-        self.net, self.rank, self.name_of = net, rank, name_of
+        self.sees_grads = hasattr(net, "named_parameters")
+        self._named = net.named_parameters if self.sees_grads else net
+        self.rank, self.name_of = rank, name_of
         self.weights0, self.grads, self.weights1 = {}, {}, {}
-
-    def _named(self):
-        return self.net() if callable(self.net) and not hasattr(self.net, "named_parameters") \
-            else self.net.named_parameters()
 
     def before_step(self, mutate: dict | None = None) -> None:
         """After backward, before ``opt.step()``; ``mutate`` = {name fragment: factor} scales the
@@ -228,7 +221,7 @@ class StepRecorder:
                 raise ValueError(f"mutate: no parameter with a gradient matches {fragment!r}")
             scale_grad(hit, factor)
         self.weights0 = snapshot(self._named(), self.rank, self.name_of)
-        if hasattr(self.net, "named_parameters"):
+        if self.sees_grads:
             self.grads = snapshot(((n, p.grad) for n, p in self._named()), self.rank, self.name_of)
 
     def after_step(self) -> None:
@@ -238,7 +231,7 @@ class StepRecorder:
 
     def result(self) -> dict:
         out = {"weights0": self.weights0, "weights1": self.weights1}
-        return {**out, "grads": self.grads} if hasattr(self.net, "named_parameters") else out
+        return {**out, "grads": self.grads} if self.sees_grads else out
 
 
 def _rounding_of(weights0: dict) -> Callable[[str], float]:
