@@ -27,6 +27,7 @@ import paddle
 
 from ..compat.convert import from_paddle_placements, mesh_shape, pad_placements, to_paddle_placements
 from ..compat.internals import expected_place
+from ..compat.mesh_reshape import local_mesh_reshape
 from ..compat.buffers import fresh
 from ..compat.version import require_paddle
 from ..compat.views import require_writable_views
@@ -408,11 +409,15 @@ def _native(x, mesh, placements, src, dst, stats):
 
 def route(paddle, x, mesh, placements):
     """Where this call runs, decided before any data moves, with every named error raised:
-    ``("paddle", None)`` (Paddle's own reshard, exactly as without paddle-ext), ``("nccl", specs)``
+    ``("reshape", specs)`` (a pure mesh reshape, local), ``("paddle", None)`` (Paddle's own reshard, exactly as without paddle-ext), ``("nccl", specs)``
     (Paddle's, NCCL), ``("native", specs)`` (Paddle's, exact here, after the request check) or
     ``("ext", specs)``; ``specs`` is :func:`_specs`' ``(src, dst, src ranks, dst ranks)``."""
     backend = None
     if isinstance(x, paddle.Tensor) and x.is_dist() and hasattr(mesh, "process_ids"):
+        if x.process_mesh.process_ids == mesh.process_ids and x.process_mesh.shape != mesh.shape:
+            specs = _specs(x, mesh, placements)
+            if routing.pure_mesh_reshape(*specs):
+                return "reshape", specs   # no data moves: local, in every process state
         backend = routing.call_backend(x, mesh)   # asked once per call
         if routing.to_paddle_first(paddle, x, mesh, backend):
             return "paddle", None
@@ -453,6 +458,8 @@ def reshard(x, mesh, placements, *, check: bool = True, stats: dict | None = Non
     kind, specs = route(paddle, x, mesh, placements)
     if kind == "paddle":
         return original_reshard()(x, mesh, list(placements))   # Paddle, exactly as without paddle-ext
+    if kind == "reshape":
+        return local_mesh_reshape(x, mesh, *(to_paddle_placements(s.placements) for s in (specs[1], specs[0])))
     if kind == "nccl":
         return _native(x, mesh, placements, specs[0], specs[1], stats)
     if check:  # before any data moves, on every path

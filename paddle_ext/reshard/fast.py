@@ -9,6 +9,8 @@ cached as a runner; the next call with the same key costs one key, one lookup an
 does:
 
 * **to Paddle**: Paddle's ``dist.reshard`` (hand-back decided from the key, nothing converted);
+* **mesh reshape** (same ranks, another mesh shape, every rank keeping its slice): Paddle's local
+  ``_dist_reshape``, in every process state;
 * **slice** (``R -> S(d)``, any plan of one local slice): a copy of this rank's slice, no
   communication;
 * **gather** (``S(0) -> R`` on a 1-D mesh that is the world or a prepared group, equal shards):
@@ -34,6 +36,7 @@ import os
 from ..compat.buffers import MIN_BYTES, fresh
 from ..compat.convert import from_paddle_placements, spec_of, to_paddle_placements
 from ..compat.fast_tensor import ops as _ops
+from ..compat.mesh_reshape import local_mesh_reshape
 from ..compat.views import require_writable_views
 from ..errors import ConversionError
 from ..placements import Partial, Replicate, Shard
@@ -180,6 +183,9 @@ def _build(o, key, x, mesh, placements):
     kind, specs = dygraph.route(o.paddle, x, mesh, placements)
     if kind == "paddle":
         return _store(key, _to_paddle)
+    if kind == "reshape":
+        exact = [to_paddle_placements(s.placements) for s in (specs[1], specs[0])]
+        return _store(key, lambda x, mesh, placements, check: local_mesh_reshape(x, mesh, *exact))
     src, dst = specs[0], specs[1]
     itemsize = x.element_size()
     checker = _Checker(o, x, specs)
@@ -284,7 +290,10 @@ def _collective(o, x, kind, src, dst, rank, ranks, group, exact):
     if n != 2 or kind not in ("all_to_all", "reduce_scatter"):
         return None
     k = ranks.index(rank)
-    trade = _pair(o, k, ranks[1 - k], group, gathers and nbytes < GATHER_BELOW.get(2, 0))
+    by_gather = gathers and nbytes < GATHER_BELOW.get(2, 0)
+    if kind == "all_to_all" and by_gather and a.dim == 0:
+        return _swap_gathered(o, x, b.dim, k, group, dims, exact)
+    trade = _pair(o, k, ranks[1 - k], group, by_gather)
     if kind == "all_to_all":
         return _swap(o, x, a.dim, b.dim, k, trade, dims, exact)
     if isinstance(a, Partial) and isinstance(b, Shard):
@@ -377,6 +386,26 @@ def _swap(o, x, src_dim, dst_dim, k, trade, dims, exact):
         out = _out(o, shape, local.dtype, itemsize)
         copy_into(view(local, dst_dim, k * b, (k + 1) * b), view(out, src_dim, k * a, (k + 1) * a))
         trade(take(local, dst_dim, (1 - k) * b, (2 - k) * b), view(out, src_dim, (1 - k) * a, (2 - k) * a))
+        return build(out, dims, mesh, exact, True)
+
+    return swapped
+
+
+def _swap_gathered(o, x, dst_dim, k, group, dims, exact):
+    """``S(0) -> S(j)`` on 2 ranks, small tensors: one all_gather straight into the output, each
+    rank sending the block its peer keeps (the output's rows from rank r are rank r's block), then
+    this rank's own rows overwritten with the block it keeps. One collective instead of a send and
+    a recv (each a gloo round trip); the same bytes received."""
+    gather, view, take, copy_into, build = o.dist.stream.all_gather, o.view, o.take, o.copy_into, o.dist_tensor
+    a, b = dims[0] // 2, dims[dst_dim] // 2
+    shape = list(dims)
+    shape[dst_dim] = b
+
+    def swapped(x, mesh):
+        local = x._local_value()
+        out = o.empty(shape, local.dtype)
+        gather(out, take(local, dst_dim, (1 - k) * b, (2 - k) * b), group=group)
+        copy_into(view(local, dst_dim, k * b, (k + 1) * b), view(out, 0, k * a, (k + 1) * a))
         return build(out, dims, mesh, exact, True)
 
     return swapped

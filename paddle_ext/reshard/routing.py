@@ -12,6 +12,9 @@ Paddle does on the backend the call runs on (``compat.backend.backend_of``; docs
   there and paddle-ext's executor runs without any group. A reshard between two meshes, which
   Paddle's CPU wheel cannot survive (``compat.cpu_wheel``), is refused with a named error
   instead of a SIGSEGV.
+* **a pure mesh reshape** (:func:`pure_mesh_reshape`: same ranks, another mesh shape, every rank
+  keeping its slice) in any process state: done locally by Paddle's own ``_dist_reshape``
+  (``compat.mesh_reshape``), no communication, before any of the above.
 * **GLOO**: paddle-ext's executor, except what :func:`.native.native_is_exact` says Paddle does
   exactly and as cheaply (decided in :func:`.dygraph.reshard`).
 * **NCCL**: Paddle's native reshard, except the cases in :data:`NCCL_KEPT` (:func:`nccl_keeps`).
@@ -24,6 +27,7 @@ from ..compat.cpu_wheel import cross_mesh_reshard_crashes
 from ..errors import ReshardPlanError
 from ..placements import DistSpec, Partial, Replicate, Shard
 from .groups import group_for
+from .layout import coord_in
 from .native import _even
 
 #: the reshards paddle-ext keeps on NCCL, each with the reason (what Paddle gets wrong or cannot do)
@@ -63,7 +67,8 @@ def to_paddle_first(paddle, x, mesh, backend: str | None) -> str | None:
             return None  # one process: paddle-ext's plan needs no communication at all
         if _cross_mesh(x, mesh) and cross_mesh_reshard_crashes():
             raise ReshardPlanError(
-                f"dist.reshard from mesh {list(x.process_mesh.process_ids)} to mesh {list(mesh.process_ids)} without "
+                f"dist.reshard from mesh {list(x.process_mesh.process_ids)} (shape {list(x.process_mesh.shape)}) to mesh "
+                f"{list(mesh.process_ids)} (shape {list(mesh.shape)}), a move that is not a pure mesh reshape, without "
                 "dist.init_parallel_env(): Paddle's own cross-mesh reshard, the only one that can run without a "
                 "process group, dies with SIGSEGV on this CPU wheel (GetDefaultPlace with no custom device); "
                 "call dist.init_parallel_env() first and paddle-ext's executor moves the data")
@@ -118,8 +123,20 @@ def nccl_keeps(src: DistSpec, dst: DistSpec, s_ranks, d_ranks) -> str | None:
     return None
 
 
+def pure_mesh_reshape(src: DistSpec, dst: DistSpec, s_ranks, d_ranks) -> bool:
+    """The same ranks in the same order on a mesh of another shape, no Partial on either side, and
+    every rank holding the same slice of the tensor before and after: a change of mesh that moves
+    no data (Paddle's ``_dist_reshape`` does it locally, :mod:`..compat.mesh_reshape`)."""
+    if tuple(s_ranks) != tuple(d_ranks) or tuple(src.mesh_shape) == tuple(dst.mesh_shape):
+        return False
+    if any(isinstance(p, Partial) for p in tuple(src.placements) + tuple(dst.placements)):
+        return False
+    return all(src.local_slices(coord_in(s_ranks, src.mesh_shape, r))
+               == dst.local_slices(coord_in(d_ranks, dst.mesh_shape, r)) for r in s_ranks)
+
+
 def _non_sum(spec: DistSpec) -> bool:
     return any(isinstance(p, Partial) and p.op != "sum" for p in spec.placements)
 
 
-__all__ = ["GLOO", "NCCL", "NCCL_KEPT", "call_backend", "nccl_keeps", "to_paddle_first"]
+__all__ = ["GLOO", "NCCL", "NCCL_KEPT", "call_backend", "nccl_keeps", "pure_mesh_reshape", "to_paddle_first"]

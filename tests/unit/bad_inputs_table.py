@@ -412,8 +412,9 @@ ROWS: tuple[Row, ...] = (
         '        os.environ.pop("PADDLE_TRAINERS_NUM") if old is None else os.environ.update(PADDLE_TRAINERS_NUM=old)\n'
         'across_meshes_without_init_parallel_env()',
         "ReshardPlanError",
-        "dist.reshard from mesh [0] to mesh [1] without dist.init_parallel_env(): Paddle's own cross-mesh "
-        "reshard, the only one that can run without a process group, dies with SIGSEGV on this CPU wheel"),
+        "dist.reshard from mesh [0] (shape [1]) to mesh [1] (shape [1]), a move that is not a pure mesh "
+        "reshape, without dist.init_parallel_env(): Paddle's own cross-mesh reshard, the only one that can "
+        "run without a process group, dies with SIGSEGV on this CPU wheel"),
     # -- dispatch and harness ----------------------------------------------------------------
     Row("dispatch-op-name", "dispatch", 'import paddle_ext.dispatch as pd\npd.spmd_op(42)', "ShardingRuleError",
         "spmd_op takes an op name string, got 42"),
