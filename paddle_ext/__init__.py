@@ -57,7 +57,8 @@ def get_spmd_rule(op: str, source: str = "auto"):
     return _get(op, source=source)
 
 
-def install(static_engine: bool = False, ranks_outside_mesh: bool = False) -> list[str]:
+def install(static_engine: bool = False, pipeline_by_annotation: bool = False,
+            ranks_outside_mesh: bool = False) -> list[str]:
     """Make Paddle use paddle-ext where Paddle lacks a path (idempotent).
 
     Applies the compat fixes this Paddle needs, routes dygraph ``dist.reshard`` (and
@@ -70,18 +71,22 @@ def install(static_engine: bool = False, ranks_outside_mesh: bool = False) -> li
     ``docs/static_engine.md``); on CPU it builds a small C++ op library once (about 30 s, cached)
     and loads it in every process (about 10 s), so it is opt-in.
 
-    ``ranks_outside_mesh=True`` lets a rank outside a DistTensor's mesh run ops on it (pipeline
-    parallelism by annotation, every rank running the whole forward), which on Paddle 3.3.1 CPU
-    dies with SIGSEGV. It registers a zero-device custom device type in this process, visible in
-    ``get_all_custom_device_type()`` and ``ParallelEnv().device_type``, so it is opt-in; call it in
-    each rank after ``dist.init_parallel_env()``. Where it was not verified, and in a process of
-    world size 1, it logs why and leaves Paddle as it is (``docs/compatibility.md``, "Ranks outside
-    a mesh").
+    ``pipeline_by_annotation=True`` (also spelled ``ranks_outside_mesh=True``) lets a rank outside
+    a DistTensor's mesh run ops on it (pipeline parallelism by annotation, every rank running the
+    whole forward), which on Paddle 3.3.1 CPU dies with SIGSEGV. It registers a zero-device custom
+    device type in this process, visible in ``get_all_custom_device_type()`` and
+    ``ParallelEnv().device_type``, and gives a ``LocalLayer``'s dense trainable inputs their
+    declared gradient placement, so it is opt-in; call it in each rank after
+    ``dist.init_parallel_env()``. Without it, plain ``install()`` prints one line naming it the
+    first time a rank holds a tensor on a mesh that excludes it. Where it was not verified, and in
+    a process of world size 1, it logs why and leaves Paddle as it is (``docs/compatibility.md``,
+    "Ranks outside a mesh").
     """
     from .compat import install as _install_fixes
     from .reshard import install_reshard
     from .compat.static_reshard import install_static_reshard  # imports Paddle
 
+    ranks_outside_mesh = ranks_outside_mesh or pipeline_by_annotation
     if ranks_outside_mesh:   # first: it refuses before anything else is patched
         from .compat.outside_mesh import install as _install_outside_mesh
 

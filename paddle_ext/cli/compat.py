@@ -2,7 +2,7 @@
 
 Every cell is one launch of :func:`paddle_ext.testing.real_models.train_rank` (model x plan x
 execution x mode: Paddle alone, ``install()``, ``install()`` + ``enable()``, and every opt-in on:
-``install(static_engine=True, ranks_outside_mesh=True)`` + ``enable()``), trained with SGD and
+``install(static_engine=True, pipeline_by_annotation=True)`` + ``enable()``), trained with SGD and
 compared with the dense single-process reference (``testing/dense_reference.py``): losses, and in
 dygraph every parameter's first-step gradient and update (max relative difference <= 1e-5, norm
 ratio within 1e-5 of 1; ``testing/grad_parity.py``). Prints the matrix
@@ -211,7 +211,7 @@ def register(subparsers) -> None:
     parser.add_argument("--model", default=None, help="comma-separated subset of gpt,qwen,deepseek_v2")
     parser.add_argument("--plans", default=None, help="comma-separated subset of the plans (default all)")
     parser.add_argument("--modes", default=None, help="comma-separated subset of alone,install,enable,enable-outside-static "
-                             "(the last: install(static_engine=True, ranks_outside_mesh=True)+enable())")
+                             "(the last: install(static_engine=True, pipeline_by_annotation=True)+enable())")
     parser.add_argument("--exec", default=None, help="comma-separated subset of dygraph,to_static")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before one launch is failed")
     parser.add_argument("--log-dir", default=None, help="workerlog.N files, one directory per cell")

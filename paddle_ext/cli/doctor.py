@@ -81,13 +81,14 @@ def _opt_ins() -> dict:
 
     out = {}
     for switch, table in (("install(static_engine=True)", STATIC_FIXES),
-                          ("install(ranks_outside_mesh=True)", outside_mesh.FIXES)):
+                          (outside_mesh.SWITCH, outside_mesh.FIXES)):
         for name, fix in table.items():
             out[name] = {"summary": fix.summary, "switch": switch, "on": fix.is_applied()}
     reason = outside_mesh.unsupported_reason()
-    out["ranks-outside-mesh"]["applies_here"] = reason is None
-    if reason is not None:
-        out["ranks-outside-mesh"]["why_not_here"] = reason
+    for name in outside_mesh.FIXES:
+        out[name]["applies_here"] = reason is None
+        if reason is not None:
+            out[name]["why_not_here"] = reason
     return out
 
 

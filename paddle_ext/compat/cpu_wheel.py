@@ -4,7 +4,7 @@
   ``SameStatusReshardFunction``, which asks ``phi::distributed::GetDefaultPlace()``; on the CPU
   wheel (built with custom-device support) that reads the first registered custom device type
   without checking there is one, so with none registered the process dies with SIGSEGV (every
-  cross-mesh scenario of tests/multirank/test_paddle_scenarios.py). ``install(ranks_outside_mesh=
+  cross-mesh scenario of tests/multirank/test_paddle_scenarios.py). ``install(pipeline_by_annotation=
   True)`` registers a zero-device type, after which the question no longer applies.
 
 Importing this module imports no Paddle.

@@ -252,6 +252,24 @@ def _stay_on_cpu(tensor, *args, **kwargs):
     return tensor
 
 
+def _outside_mesh_hint_needed() -> bool:
+    from . import outside_mesh_hint
+
+    return outside_mesh_hint.needed()
+
+
+def _outside_mesh_hint_apply():
+    from . import outside_mesh_hint
+
+    return outside_mesh_hint.apply()
+
+
+def _outside_mesh_hint_disarm():
+    from . import outside_mesh_hint
+
+    outside_mesh_hint.disarm()
+
+
 FIXES: dict[str, Fix] = {
     f.name: f for f in (
         Fix("numpy-mesh-rank",
@@ -284,6 +302,10 @@ FIXES: dict[str, Fix] = {
             "a cast to bool passes no gradient (Paddle passes the incoming one through: MoE dispatch masks "
             "built by x.cast(bool).cast(x.dtype) made every gradient upstream of them wrong)",
             bool_cast_grad.needed, bool_cast_grad.apply),
+        Fix("outside-mesh-hint",
+            "the first DistTensor on a mesh that excludes this rank (pipeline by annotation) prints one line naming "
+            "install(pipeline_by_annotation=True), before an op on it can die with SIGSEGV; no other effect",
+            _outside_mesh_hint_needed, _outside_mesh_hint_apply, _undo=_outside_mesh_hint_disarm),
         Fix("checkpoint-cpu-load",
             "dist.load_state_dict reshards on CPU instead of calling Tensor.cuda()",
             _cpu_only, _checkpoint_apply),

@@ -1,4 +1,5 @@
-"""Opt-in fix ``ranks-outside-mesh``: a rank outside a DistTensor's mesh can run ops on it.
+"""Opt-in fixes ``ranks-outside-mesh`` and ``local-layer-dense-gradient``: a rank outside a
+DistTensor's mesh can run ops on it (pipeline parallelism by annotation).
 
 Pipeline parallelism by annotation has every rank run the whole forward: stage 0's ops on a mesh
 of stage 0's ranks, stage 1's on another. On the Paddle 3.3.1 CPU wheel a rank outside an op's
@@ -20,7 +21,7 @@ an empty list. The fix has two parts:
   ``paddle.full_like(x, number)``, a DistTensor on ``x``'s mesh, because Paddle makes the number a
   dense tensor at ``x.place``, which has no memory (the same "Dst place" error). The values are
   the same: the rank holds no local data of either side.
-* Python: ``LocalLayer`` (PaddleNLP's MoE gate, ``LocalGatePart1``) converts only DistTensor
+* Python (its own fix, ``local-layer-dense-gradient``): ``LocalLayer`` (PaddleNLP's MoE gate, ``LocalGatePart1``) converts only DistTensor
   inputs to locals and ignores its ``grad_dist_attrs`` for a dense one. A trainable dense
   tensor (the gate weight, a plain parameter: only ops between DistTensors make a dense input
   dist, and this one meets only locals) then gets each rank's partial gradient, never summed
@@ -34,7 +35,9 @@ an empty list. The fix has two parts:
 
 It changes what the process reports: ``paddle.base.core.get_all_custom_device_type()`` returns
 ``['no_device']`` and ``paddle.distributed.ParallelEnv().device_type`` reads ``'no_device'``.
-So it is applied only on request (``paddle_ext.install(ranks_outside_mesh=True)``), on the build
+So it is applied only on request (``paddle_ext.install(pipeline_by_annotation=True)``, also
+spelled ``ranks_outside_mesh=True``; plain ``install()`` prints a one-line hint naming it, see
+:mod:`.outside_mesh_hint`), on the build
 it was measured on (Paddle 3.3.1, CPU, no custom device registered), in a rank process (never the
 launcher, which would then take the device for a real one). ``revert()`` restores
 what it patched; the registered device type stays for the life of the process (Paddle has no
@@ -49,7 +52,7 @@ from paddle.base import core
 from paddle.distributed.auto_parallel.local_layer import LocalLayer
 
 from ..errors import CompatError, ValueMismatchError
-from . import cpp_build   # imports Paddle; only install(ranks_outside_mesh=True) imports this module
+from . import cpp_build   # imports Paddle (builds nothing until the opt-in is applied)
 from .backend import note_once
 from .fixes import Fix, apply_fixes, revert_fixes
 from .version import require_paddle
@@ -62,7 +65,7 @@ _MODULE: list = [None]   # the loaded C++ piece, once
 def unsupported_reason() -> str | None:
     """Why the fix does not apply in this process (None: it does)."""
     require_paddle("ranks-outside-mesh")
-    what = "install(ranks_outside_mesh=True)"
+    what = "install(pipeline_by_annotation=True)"
     if paddle.__version__ not in VERIFIED_VERSIONS:
         return (f"{what} was verified on Paddle {', '.join(VERIFIED_VERSIONS)} only (it registers a device "
                 f"type in Paddle's C++ device manager); found Paddle {paddle.__version__}")
@@ -232,19 +235,33 @@ def _apply():
     _load()
     patched: list = []
     _patch(paddle.Tensor, "backward", _backward, patched)
-    _patch(LocalLayer, "__call__", _local_layer_call, patched)
     _patch(paddle.Tensor, "set_value", _set_value, patched)
     for name in COMPARISONS:
         _patch(paddle.Tensor, name, _comparison, patched)
     return patched
 
 
+def _apply_local_layer():
+    patched: list = []
+    _patch(LocalLayer, "__call__", _local_layer_call, patched)
+    return patched
+
+
+SWITCH = "install(pipeline_by_annotation=True)"
+
+# Both change what a program that already runs sees (a registered device type; LocalLayer
+# gradients on the ranks inside the mesh too), so both are opt-in under SWITCH; plain install()
+# only prints the hint of :mod:`.outside_mesh_hint`.
 FIXES: dict[str, Fix] = {
     f.name: f for f in (
         Fix("ranks-outside-mesh",
-            "a rank outside a DistTensor's mesh runs its ops (zero-device type + CPU context; backward seed; "
-            "set_value; comparisons with a number; LocalLayer's gradient placement for a dense parameter)",
-            _needed, _apply),
+            "a rank outside a DistTensor's mesh runs its ops (registers a zero-device type 'no_device', visible "
+            "in get_all_custom_device_type(), served by a CPU context; backward seed; set_value; comparisons "
+            "with a number)", _needed, _apply),
+        Fix("local-layer-dense-gradient",
+            "a trainable dense input of a LocalLayer (an MoE gate weight) gets its declared gradient placement, "
+            "reduced over the ranks that split the tokens (Partial(avg) there applied as a sum), on every rank",
+            _needed, _apply_local_layer),
     )
 }
 

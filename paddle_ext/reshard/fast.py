@@ -37,6 +37,7 @@ from ..compat.buffers import MIN_BYTES, fresh
 from ..compat.convert import from_paddle_placements, spec_of, to_paddle_placements
 from ..compat.fast_tensor import ops as _ops
 from ..compat.mesh_reshape import local_mesh_reshape
+from ..compat.outside_mesh_hint import watch_mesh
 from ..compat.views import require_writable_views
 from ..errors import ConversionError
 from ..placements import Partial, Replicate, Shard
@@ -140,6 +141,7 @@ def installed(original, check: bool, x, mesh, placements):
         return _installed_full(original, x, mesh, placements, check)
     entry = _CACHE.get(key)
     if entry is None:
+        watch_mesh(mesh)   # a first call: a target mesh without this rank gets the one-line hint
         try:
             spec_of(x)
             from_paddle_placements(list(placements), len(mesh.shape))

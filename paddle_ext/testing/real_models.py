@@ -50,16 +50,16 @@ PLANS = {
 MODELS = ("gpt", "qwen", "deepseek_v2")
 AUTO_REFERENCE = ("qwen", "deepseek_v2")  # dense reference: the auto class on one process
 MODES = ("alone", "install", "enable")
-# install(ranks_outside_mesh=True): the opt-in fix that lets pipeline-by-annotation ranks run the
+# install(pipeline_by_annotation=True): the opt-in fix that lets pipeline-by-annotation ranks run the
 # stages they are not in (docs/compatibility.md, "Ranks outside a mesh"); not a matrix column
 OUTSIDE_MODE = "install-outside"
-# install(static_engine=True, ranks_outside_mesh=True) + enable(): every opt-in on, what pipeline
+# install(static_engine=True, pipeline_by_annotation=True) + enable(): every opt-in on, what pipeline
 # by annotation needs (ranks outside a stage's mesh; through dist.to_static the static Engine's
 # gloo send/recv between stages); the matrix's fourth column
 OUTSIDE_STATIC_MODE = "enable-outside-static"
 MATRIX_MODES = MODES + (OUTSIDE_STATIC_MODE,)
 MODE_TITLES = {"alone": "Paddle alone", "install": "install()", "enable": "install()+enable()",
-               OUTSIDE_STATIC_MODE: "install(static_engine, ranks_outside_mesh)+enable()"}
+               OUTSIDE_STATIC_MODE: "install(static_engine, pipeline_by_annotation)+enable()"}
 EXECS = ("dygraph", "to_static")
 
 
@@ -393,9 +393,9 @@ def train_layout(model: str, layout: tuple, mode: str, exec_mode: str, steps: in
     if mode in ("install", "enable"):
         paddle_ext.install()
     if mode == OUTSIDE_MODE:
-        paddle_ext.install(ranks_outside_mesh=True)
+        paddle_ext.install(pipeline_by_annotation=True)
     if mode == OUTSIDE_STATIC_MODE:
-        paddle_ext.install(static_engine=True, ranks_outside_mesh=True)
+        paddle_ext.install(static_engine=True, pipeline_by_annotation=True)
     if mode in ("enable", OUTSIDE_STATIC_MODE):
         paddle_ext.enable()
     require_paddlenlp()

@@ -97,7 +97,7 @@ def with_fix():
     import paddle_ext
 
     dist.init_parallel_env()
-    names = paddle_ext.install(ranks_outside_mesh=True)
+    names = paddle_ext.install(pipeline_by_annotation=True)
     rank = dist.get_rank()
     res = {"names": names, "device_types": paddle.device.get_all_custom_device_type(),
            "env_device_type": dist.ParallelEnv().device_type}
@@ -183,5 +183,7 @@ def without_fix():
 
     dist.init_parallel_env()
     paddle_ext.install()
+    # a stage-1 tensor first: rank 0 holds one whose mesh excludes it (and runs no op on it)
+    dist.shard_tensor(paddle.ones([2]), dist.ProcessMesh([1], dim_names=["x"]), [dist.Replicate()])
     c = _matmul_on_mesh_0(paddle, dist)
     return {"shape": list(c.shape)}

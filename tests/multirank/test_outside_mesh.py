@@ -21,7 +21,9 @@ On Paddle 3.3.1 CPU, any op on a DistTensor whose mesh excludes this rank dies w
   gradient of all the tokens, over two steps (Paddle alone leaves each rank its own tokens' part,
   so data-parallel ranks stepped different gate weights);
 * without the option the same matmul still kills rank 1 as Paddle alone does (the option is
-  what makes the difference, and the default changes nothing).
+  what makes the difference, and the default changes nothing), but first each rank holding a
+  tensor whose mesh excludes it prints the one-line hint naming
+  ``install(pipeline_by_annotation=True)``.
 """
 import numpy as np
 import pytest
@@ -75,9 +77,16 @@ def test_ranks_outside_mesh_run_ops_and_pipeline_grads_equal_dense():
             np.testing.assert_allclose(grad, want[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
-def test_without_the_option_rank_outside_the_mesh_dies_as_with_paddle_alone():
+def test_without_the_option_rank_outside_the_mesh_dies_as_with_paddle_alone(tmp_path):
     with pytest.raises(HarnessError) as info:
-        run_ranks(om.without_fix, nproc=2, timeout=90, exit_timeout=30)
+        run_ranks(om.without_fix, nproc=2, timeout=90, exit_timeout=30, log_dir=tmp_path)
     message = str(info.value)
     assert "rank 1" in message, message[-3000:]
     assert "exit code -11" in message or "Segmentation fault" in message, message[-3000:]
+    # plain install()'s hint: one line on each rank, before the op that kills rank 1
+    for rank, mesh in ((0, [1]), (1, [0])):
+        log = (tmp_path / f"workerlog.{rank}").read_text()
+        hint = f"paddle-ext: rank {rank} holds a DistTensor on mesh {mesh}, which excludes it"
+        assert log.count(hint) == 1 and "install(pipeline_by_annotation=True) after" in log, log[-3000:]
+        if rank == 1:
+            assert log.index(hint) < log.index("SIGSEGV (@"), log[-3000:]

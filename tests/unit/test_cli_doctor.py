@@ -26,7 +26,8 @@ def test_doctor_json_lists_everything_and_passes():
     assert set(report["compat_fixes"]) == {"numpy-mesh-rank", "static-gloo-groups", "static-gloo-barrier",
                                            "gloo-group-rendezvous", "gloo-batch-p2p-order", "cpu-collectives",
                                            "checkpoint-cpu-load", "static-gloo-rings",
-                                           "zero3-gather-on-conflict", "stage1-dense-grads", "bool-cast-grad"}
+                                           "zero3-gather-on-conflict", "stage1-dense-grads", "bool-cast-grad",
+                                           "outside-mesh-hint"}
     for fix in report["compat_fixes"].values():
         assert fix["applied"] == fix["needed"]
     # the silent-wrong gradient fix is needed on Paddle 3.3.1 and applied by plain install()
@@ -34,8 +35,11 @@ def test_doctor_json_lists_everything_and_passes():
         assert report["compat_fixes"]["bool-cast-grad"]["applied"] is True
     # every opt-in is listed with its switch, off in a process that did not ask for it
     opt = report["opt_in_fixes"]
-    assert {"ranks-outside-mesh", "static-pipeline-schedules"} <= set(opt)
-    assert opt["ranks-outside-mesh"]["switch"] == "install(ranks_outside_mesh=True)"
+    assert {"ranks-outside-mesh", "local-layer-dense-gradient", "static-pipeline-schedules"} <= set(opt)
+    for name in ("ranks-outside-mesh", "local-layer-dense-gradient"):
+        assert opt[name]["switch"] == "install(pipeline_by_annotation=True)"
+    # the default hint is not needed where every rank is in every mesh (one process)
+    assert report["compat_fixes"]["outside-mesh-hint"]["needed"] is False
     assert all(f["on"] is False for f in opt.values())
     # one process: where every rank is in every mesh, the fix says it does not apply, and why
     assert opt["ranks-outside-mesh"]["applies_here"] is False and "world size 1" in opt["ranks-outside-mesh"]["why_not_here"]

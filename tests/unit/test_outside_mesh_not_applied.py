@@ -1,4 +1,4 @@
-"""``install(ranks_outside_mesh=True)`` where the fix was not verified, or is not needed (one
+"""``install(pipeline_by_annotation=True)`` where the fix was not verified, or is not needed (one
 process): one log line naming the reason, nothing patched or registered, and the rest of
 ``install()`` in effect (docs/compatibility.md, "Ranks outside a mesh"). Its effect on 2 ranks is
 tests/multirank/test_outside_mesh.py."""
@@ -22,7 +22,7 @@ def _leaves_paddle_alone(caplog, match):
     assert not outside_mesh.FIXES["ranks-outside-mesh"].is_applied()
     assert "ranks-outside-mesh" not in names and "dygraph-reshard" in names
     assert "no_device" not in core.get_all_custom_device_type()
-    lines = [r.getMessage() for r in caplog.records if "ranks_outside_mesh" in r.getMessage()]
+    lines = [r.getMessage() for r in caplog.records if "pipeline_by_annotation" in r.getMessage()]
     assert len(lines) == 1 and "not applied" in lines[0]
     assert re.search(match, lines[0]), lines
 
