@@ -18,6 +18,7 @@ to install it.
 """
 import pytest
 
+from paddle_ext.errors import HarnessError
 from paddle_ext.testing import grad_parity as gp
 from paddle_ext.testing import real_model_cells as cells
 from paddle_ext.testing import real_models as rm
@@ -127,7 +128,7 @@ def test_deepseek_v2_gradients_are_wrong_on_paddle_alone_without_the_bool_cast_f
 def test_deepseek_v2_gate_gradient_is_the_dense_one_with_data_parallel(plan, dense, tmp_path):
     # PaddleNLP's LocalGatePart1 declares the gate weight's gradient Partial(avg) over "dp"; each
     # rank's share already carries 1/N of the batch, so an average halved it at dp 2 (quartered
-    # at dp 4). With ranks_outside_mesh (what dp needs: expert sub-meshes) it is summed
+    # at dp 4). With pipeline_by_annotation (what dp needs: expert sub-meshes) it is summed
     res = _train("deepseek_v2", plan, rm.OUTSIDE_MODE, "dygraph", tmp_path)
     _assert_matches(dense("deepseek_v2"), res, rm.PLANS[plan][0])
     rows = {r.name: r for r in gp.compare_all(gp.assemble_all(res, "grads"), dense("deepseek_v2")["grads"], TOL)}
@@ -143,9 +144,22 @@ def test_gpt_pipeline_by_annotation_with_ranks_outside_mesh_matches_dense(dense,
     assert res[0]["losses"] is None and res[1]["losses"] is not None
 
 
+def test_gpt_pipeline_by_annotation_without_the_switch_hints_on_every_rank(tmp_path):
+    # plain install(): each rank still dies in the first op of a stage it is not in (as with Paddle
+    # alone), but first prints one line naming the switch that runs it
+    with pytest.raises(HarnessError):
+        _train("gpt", "pp2", "install", "dygraph", tmp_path)
+    for rank in (0, 1):
+        log = (tmp_path / "log" / f"workerlog.{rank}").read_text()
+        assert log.count(f"paddle-ext: rank {rank} holds a DistTensor on mesh [{1 - rank}], which excludes it") == 1, \
+            log[-3000:]
+        assert "call paddle_ext.install(pipeline_by_annotation=True)" in log
+        assert "SIGSEGV" in log[log.index("paddle-ext: rank"):], log[-3000:]
+
+
 def test_gpt_pipeline_by_annotation_through_to_static_matches_dense(dense, tmp_path):
     # the same pp2 model through dist.to_static: with plain install() the Engine's program stops at
-    # send_v2 (no CPU kernel); install(static_engine=True, ranks_outside_mesh=True) + enable() runs it
+    # send_v2 (no CPU kernel); install(static_engine=True, pipeline_by_annotation=True) + enable() runs it
     res = _train("gpt", "pp2", rm.OUTSIDE_STATIC_MODE, "to_static", tmp_path)
     _assert_matches(dense("gpt"), res, 2, "to_static")
     assert res[0]["losses"] is None and res[1]["losses"] is not None
