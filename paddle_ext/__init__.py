@@ -50,6 +50,17 @@ def register_spmd_rule(op: str, override: bool = False):
     return _register(op, override=override)
 
 
+def spmd_op(op=None, *, rule=None):
+    """Decorator: run a function on DistTensors through the SPMD rule registered for ``op`` (its
+    name by default; ``rule`` names another): ``@paddle_ext.spmd_op("my_op")``. The rule places
+    the inputs and outputs, the function computes each rank's local values. A rule registered
+    or replaced later (``register_spmd_rule(op, override=True)``) applies from the next call.
+    See :mod:`paddle_ext.dispatch` and ``docs/dispatch.md``."""
+    from .dispatch import spmd_op as _spmd_op
+
+    return _spmd_op(op, rule=rule)
+
+
 def get_spmd_rule(op: str, source: str = "auto"):
     """The rule for ``op``: paddle-ext's if registered, else Paddle's C++ rule (one registry)."""
     from .spmd import get_spmd_rule as _get

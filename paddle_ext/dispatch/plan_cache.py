@@ -1,7 +1,8 @@
 """Lookup: the one plan cache of dygraph dispatch, and its one key.
 
 A plan (:class:`~.plan.Plan`) depends only on the op, its attributes and its inputs' layouts,
-so a repeated call finds it with one dict lookup. The key is always the tuple
+so a repeated call finds it with one dict lookup; registering or replacing the op's rule drops
+its plans (:func:`forget`). The key is always the tuple
 ``(op, attributes, layout)``:
 
 * ``attributes``: ``tuple(attrs.items())`` (``()`` for none); a list attribute is turned into a
@@ -27,12 +28,25 @@ from typing import Sequence
 
 from ..compat import fast_key
 from ..compat.dispatch import DygraphRuntime, dygraph_runtime
+from ..spmd.registry import REGISTRY
 from .call_plan import Plan, make_plan
 from .slots import flatten_slots
 
 LIMIT = 4096        # plans (and meshes) kept; past it, new ones are made per call and not kept
 _PLANS: dict = {}   # (op, attributes, layout) -> Plan
 _MESHES: list = []  # the meshes seen, as owned C++ ProcessMesh objects; a mesh's number is its index
+
+
+def forget(op: str | None) -> int:
+    """Drop the cached plans of ``op`` (None: of every op), because its rule was registered or
+    replaced (``register_spmd_rule(op, override=True)``); returns how many were dropped."""
+    stale = [key for key in _PLANS if op is None or key[0] == op]
+    for key in stale:
+        del _PLANS[key]
+    return len(stale)
+
+
+REGISTRY.listeners.append(forget)
 
 
 def lookup(rt: DygraphRuntime, op: str, slots: Sequence, attrs: dict):

@@ -391,6 +391,13 @@ class Registry:
 
     def __init__(self):
         self.rules: dict[str, SpmdRule] = {}
+        # called with the op name whenever its rule is registered or replaced (None: every op);
+        # dispatch's plan cache listens, so an override takes effect on the next call
+        self.listeners: list[Callable[[str | None], object]] = []
+
+    def _changed(self, op: str | None) -> None:
+        for listener in self.listeners:
+            listener(op)
 
     def register(self, op: str, override: bool = False, case: OpCase | None = None):
         if not isinstance(op, str) or not op:
@@ -406,6 +413,7 @@ class Registry:
             self.rules[op] = SpmdRule(op, fn, case)
             if case is not None:
                 add_case(case, replace=override)
+            self._changed(op)
             return fn
         return deco
 
@@ -433,6 +441,7 @@ class Registry:
         old = dict(self.rules)
         self.rules.clear()
         self.rules.update(rules or {})
+        self._changed(None)
         return old
 
 

@@ -7,6 +7,8 @@ import textwrap
 import numpy as np
 import pytest
 
+import paddle_ext
+
 import paddle_ext.spmd_rules.gaps  # noqa: F401  (registers the gap rules)
 from paddle_ext.dispatch.grad import grad_plan
 from paddle_ext.errors import ShardingRuleError
@@ -159,6 +161,38 @@ def test_spmd_op_decorator_dense_and_dist(paddle, mesh):
     y = my_softmax(_x(paddle, mesh), axis=-1)
     assert y.is_dist() and str(y.placements) == "[Shard(dim=0)]"
     assert my_softmax.spmd.rule_name == "softmax"
+
+
+def test_an_overridden_rule_takes_effect_on_the_next_call(paddle, mesh):
+    # the fix a DispatchError names (register a rule) must work for a rule already used: the
+    # override drops the op's cached plans, so the next call is planned with the new rule
+    from paddle_ext.spmd.registry import REGISTRY
+
+    @paddle_ext.register_spmd_rule("pe_test_rowwise")
+    def _keep_rows(x: DistSpec):
+        """i j -> i j"""
+        return "i j -> i j"
+
+    @paddle_ext.spmd_op("pe_test_rowwise")
+    def rowwise(x):
+        return x * 2.0
+
+    try:
+        x = _x(paddle, mesh)
+        assert str(rowwise(x).placements) == "[Shard(dim=0)]"
+        assert str(rowwise(x).placements) == "[Shard(dim=0)]"   # now served from the plan cache
+
+        @paddle_ext.register_spmd_rule("pe_test_rowwise", override=True)
+        def _replicate(x: DistSpec):
+            """i j -> i j | replicate: i"""
+            return "i j -> i j | replicate: i"
+
+        y = rowwise(x)
+        assert str(y.placements) == "[Replicate()]", y.placements
+        np.testing.assert_array_equal(y._local_value().numpy(), 2 * np.asarray(x._local_value().numpy()))
+    finally:
+        REGISTRY.rules.pop("pe_test_rowwise", None)
+        REGISTRY._changed("pe_test_rowwise")
 
 
 def test_errors_name_op_placements_and_fix(paddle, mesh):
