@@ -1,4 +1,4 @@
-"""``cpu-collectives``: Paddle's C++ P -> S and S(i) -> S(j) reshards on CPU/gloo.
+"""``cpu-collectives``: Paddle's C++ P -> S, S(i) -> S(j) and cross-mesh reshards on CPU/gloo.
 
 Paddle 3.3.1's CPU ``ReduceScatterKernel`` and ``AllToAllKernel`` only throw ("Unimplemented cpu
 kernel for CReduceScatterOp" / "for all_to_all"). paddle-ext's dygraph reshard serves every
@@ -9,8 +9,14 @@ to Paddle's C++ S -> S. The C++ piece ``paddle_ext/csrc/cpu_collectives.cc`` poi
 slots through which ``libphi_core`` calls those kernels (float, double, int32, int64) at gloo
 versions on the communicator the reshard bound: reduce_scatter is an all_reduce, then this
 rank's block of dim 0; all_to_all is an all_gather, then this rank's block of each rank's part
-(both exact; an all_reduce's and an all_gather's traffic). :func:`unhook` puts Paddle's kernels
-back.
+(both exact; an all_reduce's and an all_gather's traffic). Paddle's C++ cross-mesh move
+(``SameStatusReshardFunction``: between meshes of one shape; Paddle's own cross-mesh S -> R and
+``dist.parallelize``'s pipeline stages reach it) calls ``PSendKernel``/``PRecvKernel``, which on
+CPU only throw ("Do not support send for cpu kernel now"): they are served by gloo send and recv
+on the same communicator, a shape header first (every dtype Paddle instantiates). That move
+also makes its empty output at ``GetDefaultPlace()``, which needs
+``install(pipeline_by_annotation=True)`` on this wheel (:mod:`.outside_mesh`). :func:`unhook`
+puts Paddle's kernels back.
 
 Applied by ``paddle_ext.install()`` in a multi-process job on gloo (fix ``cpu-collectives``);
 the first time on a machine it builds the piece (about 25 s; cached like paddle-ext's other C++),

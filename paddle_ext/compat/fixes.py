@@ -290,7 +290,7 @@ FIXES: dict[str, Fix] = {
         Fix("cpu-collectives",
             "Paddle's C++ P->S and S->S reshards (reached from C++: gradients of sharded parameters, "
             "dist.parallelize, dist.reshard without init_parallel_env) get CPU reduce_scatter and "
-            "all_to_all on gloo", _cpu_collectives_needed, _cpu_collectives_apply, _undo=cpu_collectives.unhook),
+            "all_to_all on gloo, and its cross-mesh move (same-status) CPU send and recv", _cpu_collectives_needed, _cpu_collectives_apply, _undo=cpu_collectives.unhook),
         Fix("zero3-gather-on-conflict",
             "a ShardingStage3 parameter that Paddle's SPMD rule refuses (a sharded bias in linear, a sharded "
             "vocab in embedding) is all-gathered on its sharding dim and the op runs again",

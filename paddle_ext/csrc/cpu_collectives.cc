@@ -1,12 +1,16 @@
-// paddle-ext: CPU reduce_scatter and all_to_all for Paddle's C++ reshard (Paddle 3.3.1 CPU
-// wheel, gloo).
+// paddle-ext: CPU reduce_scatter, all_to_all, send and recv for Paddle's C++ reshard (Paddle
+// 3.3.1 CPU wheel, gloo).
 //
 // Why: the C++ P -> S reshard (p_to_s_reshard_function.cc, reached from C++ only: the backward
 // of an all-gather the dist API inserted, e.g. a ZeRO-3 parameter's S(0) -> R on "dp" when the
 // mesh is dp x mp) calls phi::ReduceScatterKernel<T, CPUContext>, and the C++ S(i) -> S(j)
 // reshard (s_to_s_reshard_function.cc; dist.reshard without init_parallel_env) calls
 // phi::AllToAllKernel<T, CPUContext>. On the CPU wheel both only throw ("Unimplemented cpu
-// kernel for CReduceScatterOp" / "for all_to_all"). No Python hook sees those calls.
+// kernel for CReduceScatterOp" / "for all_to_all"). The C++ cross-mesh move
+// (same_status_reshard_function.cc: dist.reshard between meshes of one shape, which Paddle also
+// reaches from its cross-mesh S -> R and from dist.parallelize's pipeline stages) calls
+// phi::PSendKernel / PRecvKernel<T, CPUContext>, which throw "Do not support send for cpu kernel
+// now". No Python hook sees those calls.
 //
 // How: libphi_core.so calls both kernels through its PLT, so each call goes through a GOT slot.
 // hook() points the slots of every loaded library that imports a kernel at the functions below
@@ -36,6 +40,7 @@
 #include "paddle/extension.h"
 #include "paddle/phi/backends/cpu/cpu_context.h"
 #include "paddle/phi/core/dense_tensor.h"
+#include "paddle/phi/common/data_type.h"
 #include "paddle/phi/core/distributed/comm_context.h"
 
 namespace phi {
@@ -45,6 +50,8 @@ class GlooCommContext : public CommContext {
  public:
   void AllReduce(phi::DenseTensor* out, const phi::DenseTensor& in, int reduce_type, uint32_t tag);  // 0: sum
   void AllGather(phi::DenseTensor* out, const phi::DenseTensor& in, uint32_t tag);
+  void Send(const phi::DenseTensor& in, int dst, uint32_t tag);
+  void Recv(phi::DenseTensor* out, int src, uint32_t tag);
 };
 }  // namespace distributed
 }  // namespace phi
@@ -96,6 +103,71 @@ void AllToAllOnGloo(const phi::CPUContext& dev_ctx, const phi::DenseTensor& x, p
   g_calls.fetch_add(1);
 }
 
+// Point-to-point, as the C++ cross-mesh reshard (same_status_reshard_function.cc) uses it: the
+// peer is a rank of the communicator the reshard bound. The receiver learns the shape from a
+// header (ndim, dims; at most kMaxDims) sent before the bytes, whatever `dynamic_shape` says:
+// both ends are these functions. The bytes travel as uint8, so every dtype goes the same way.
+constexpr int kMaxDims = 9;
+
+phi::distributed::GlooCommContext* P2PComm(const phi::CPUContext& dev_ctx, int peer, const char* what) {
+  auto* comm = static_cast<phi::distributed::GlooCommContext*>(dev_ctx.GetCommContext());
+  PD_CHECK(comm != nullptr, "paddle-ext cpu ", what, ": the reshard bound no communicator to the CPU context");
+  PD_CHECK(peer >= 0 && peer < comm->GetSize() && peer != comm->GetRank(), "paddle-ext cpu ", what, ": peer ", peer,
+           " is not another rank of the communicator (size ", comm->GetSize(), ", this rank ", comm->GetRank(), ")");
+  return comm;
+}
+
+phi::DenseTensor Bytes(const phi::CPUContext& dev_ctx, int64_t n) {
+  phi::DenseTensor t;
+  t.Resize(common::make_ddim({n}));
+  dev_ctx.Alloc(&t, phi::DataType::UINT8);
+  return t;
+}
+
+template <typename T>
+void SendOnGloo(const phi::CPUContext& dev_ctx, const phi::DenseTensor& x, int peer, bool) {
+  auto* comm = P2PComm(dev_ctx, peer, "send");
+  PD_CHECK(x.dims().size() <= kMaxDims && x.meta().is_contiguous(), "paddle-ext cpu send: a contiguous tensor of at "
+           "most ", kMaxDims, " dims, got ", x.dims().size(), " dims");
+  phi::DenseTensor header;
+  header.Resize(common::make_ddim({kMaxDims + 1}));
+  auto* h = static_cast<int64_t*>(dev_ctx.Alloc(&header, phi::DataType::INT64));
+  h[0] = x.dims().size();
+  for (int i = 0; i < x.dims().size(); ++i) h[i + 1] = x.dims()[i];
+  comm->Send(header, peer, 0);
+  int64_t nbytes = x.numel() * static_cast<int64_t>(phi::SizeOf(x.dtype()));
+  if (nbytes > 0) {
+    phi::DenseTensor bytes = Bytes(dev_ctx, nbytes);
+    std::memcpy(bytes.data(), x.data(), nbytes);
+    comm->Send(bytes, peer, 0);
+  }
+  g_calls.fetch_add(1);
+}
+
+template <typename T>
+void RecvOnGloo(const phi::CPUContext& dev_ctx, int peer, phi::DataType dtype, const std::vector<int>&, bool,
+                phi::DenseTensor* out) {
+  auto* comm = P2PComm(dev_ctx, peer, "recv");
+  phi::DenseTensor header;
+  header.Resize(common::make_ddim({kMaxDims + 1}));
+  auto* h = static_cast<int64_t*>(dev_ctx.Alloc(&header, phi::DataType::INT64));
+  comm->Recv(&header, peer, 0);
+  PD_CHECK(h[0] >= 0 && h[0] <= kMaxDims, "paddle-ext cpu recv: a header of ", h[0], " dims from rank ", peer);
+  std::vector<int64_t> dims(h + 1, h + 1 + h[0]);
+  out->Resize(common::make_ddim(dims));
+  void* dst = dev_ctx.Alloc(out, dtype);
+  int64_t nbytes = out->numel() * static_cast<int64_t>(phi::SizeOf(dtype));
+  if (nbytes > 0) {
+    phi::DenseTensor bytes = Bytes(dev_ctx, nbytes);
+    comm->Recv(&bytes, peer, 0);
+    std::memcpy(dst, bytes.data(), nbytes);
+  }
+  g_calls.fetch_add(1);
+}
+
+#define PE_P2P(T, SEND, RECV)                                          \
+  {SEND, reinterpret_cast<void*>(&SendOnGloo<T>)}, {RECV, reinterpret_cast<void*>(&RecvOnGloo<T>)}
+
 // The kernel instances the reshard calls (their mangled names) and the replacements.
 const std::vector<std::pair<const char*, void*>>& Targets() {
   static const std::vector<std::pair<const char*, void*>> targets = {
@@ -115,6 +187,27 @@ const std::vector<std::pair<const char*, void*>>& Targets() {
        reinterpret_cast<void*>(&AllToAllOnGloo<int32_t>)},
       {"_ZN3phi14AllToAllKernelIlNS_10CPUContextEEEvRKT0_RKNS_11DenseTensorEPS5_",
        reinterpret_cast<void*>(&AllToAllOnGloo<int64_t>)},
+      // PSendKernel<T, CPUContext> / PRecvKernel<T, CPUContext>: T only names the instance
+      PE_P2P(float, "_ZN3phi11PSendKernelIfNS_10CPUContextEEEvRKT0_RKNS_11DenseTensorEib",
+             "_ZN3phi11PRecvKernelIfNS_10CPUContextEEEvRKT0_iNS_8DataTypeERKSt6vectorIiSaIiEEbPNS_11DenseTensorE"),
+      PE_P2P(double, "_ZN3phi11PSendKernelIdNS_10CPUContextEEEvRKT0_RKNS_11DenseTensorEib",
+             "_ZN3phi11PRecvKernelIdNS_10CPUContextEEEvRKT0_iNS_8DataTypeERKSt6vectorIiSaIiEEbPNS_11DenseTensorE"),
+      PE_P2P(int32_t, "_ZN3phi11PSendKernelIiNS_10CPUContextEEEvRKT0_RKNS_11DenseTensorEib",
+             "_ZN3phi11PRecvKernelIiNS_10CPUContextEEEvRKT0_iNS_8DataTypeERKSt6vectorIiSaIiEEbPNS_11DenseTensorE"),
+      PE_P2P(int64_t, "_ZN3phi11PSendKernelIlNS_10CPUContextEEEvRKT0_RKNS_11DenseTensorEib",
+             "_ZN3phi11PRecvKernelIlNS_10CPUContextEEEvRKT0_iNS_8DataTypeERKSt6vectorIiSaIiEEbPNS_11DenseTensorE"),
+      PE_P2P(bool, "_ZN3phi11PSendKernelIbNS_10CPUContextEEEvRKT0_RKNS_11DenseTensorEib",
+             "_ZN3phi11PRecvKernelIbNS_10CPUContextEEEvRKT0_iNS_8DataTypeERKSt6vectorIiSaIiEEbPNS_11DenseTensorE"),
+      PE_P2P(int8_t, "_ZN3phi11PSendKernelIaNS_10CPUContextEEEvRKT0_RKNS_11DenseTensorEib",
+             "_ZN3phi11PRecvKernelIaNS_10CPUContextEEEvRKT0_iNS_8DataTypeERKSt6vectorIiSaIiEEbPNS_11DenseTensorE"),
+      PE_P2P(uint8_t, "_ZN3phi11PSendKernelIhNS_10CPUContextEEEvRKT0_RKNS_11DenseTensorEib",
+             "_ZN3phi11PRecvKernelIhNS_10CPUContextEEEvRKT0_iNS_8DataTypeERKSt6vectorIiSaIiEEbPNS_11DenseTensorE"),
+      PE_P2P(int16_t, "_ZN3phi11PSendKernelIsNS_10CPUContextEEEvRKT0_RKNS_11DenseTensorEib",
+             "_ZN3phi11PRecvKernelIsNS_10CPUContextEEEvRKT0_iNS_8DataTypeERKSt6vectorIiSaIiEEbPNS_11DenseTensorE"),
+      PE_P2P(phi::dtype::float16,
+             "_ZN3phi11PSendKernelINS_5dtype7float16ENS_10CPUContextEEEvRKT0_RKNS_11DenseTensorEib",
+             "_ZN3phi11PRecvKernelINS_5dtype7float16ENS_10CPUContextEEEvRKT0_iNS_8DataTypeERKSt6vectorIiSaIiEEbPNS_"
+             "11DenseTensorE"),
   };
   return targets;
 }

@@ -71,7 +71,8 @@ def to_paddle_first(paddle, x, mesh, backend: str | None) -> str | None:
                 f"{list(mesh.process_ids)} (shape {list(mesh.shape)}), a move that is not a pure mesh reshape, without "
                 "dist.init_parallel_env(): Paddle's own cross-mesh reshard, the only one that can run without a "
                 "process group, dies with SIGSEGV on this CPU wheel (GetDefaultPlace with no custom device); "
-                "call dist.init_parallel_env() first and paddle-ext's executor moves the data")
+                "call dist.init_parallel_env() first and paddle-ext's executor moves the data, or "
+                "paddle_ext.install(pipeline_by_annotation=True), after which Paddle's own cross-mesh reshard runs")
         note_no_parallel_env()
         return "no-parallel-env"
     if route_unknown(backend, "dygraph reshards"):
