@@ -8,8 +8,11 @@ same spec with the unknown size replaced by an evenly divisible one.
 """
 import pytest
 
+from paddle_ext.compat import spmd as spmd_compat
 from paddle_ext.errors import PaddleExtError, PlacementError, ShardingRuleError
+from paddle_ext.placements import DistSpec
 from paddle_ext.spmd.registry import get_spmd_rule
+from paddle_ext.spmd.validator import check_claim
 
 import paddle  # noqa: E402 - required: a broken install fails, never skips
 from paddle.base import core  # noqa: E402
@@ -260,18 +263,20 @@ def _mapping_unchecked(shape, mapping, mesh=MESH_2X3):
     return DistTensorSpec(list(shape), attr)
 
 
-@pytest.mark.parametrize("x,fix", [
-    (lambda: _mapping_unchecked([8, 16], [1, -1, 0]), "give one entry per tensor dim"),
-    (lambda: _mapping_unchecked([8, 16], [2, -1]), "mesh dims 0..1; use one of those or -1"),
-    (lambda: _mapping_unchecked([8, 16], [-2, -1]), "mesh dims 0..1; use one of those or -1"),
-    (lambda: _mapping_unchecked([8, 16], [0, 0]), "set one of them to -1"),
-    (lambda: _mapping_unchecked([8, -2], [0, -1]), "or -1 for an unknown size"),
-    (lambda: DistTensorSpec([8, 16], TensorDistAttr()), "only an absent optional input may be"),
+@pytest.mark.parametrize("x,fix,fix_as_output", [
+    (lambda: _mapping_unchecked([8, 16], [1, -1, 0]), "give one entry per tensor dim", None),
+    (lambda: _mapping_unchecked([8, 16], [2, -1]), "mesh dims 0..1; use one of those or -1", None),
+    (lambda: _mapping_unchecked([8, 16], [-2, -1]), "mesh dims 0..1; use one of those or -1", None),
+    (lambda: _mapping_unchecked([8, 16], [0, 0]), "set one of them to -1", None),
+    (lambda: _mapping_unchecked([8, -2], [0, -1]), "or -1 for an unknown size", None),
+    # a requested output is read on the inputs' mesh: what is wrong with this one is its empty mapping
+    (lambda: DistTensorSpec([8, 16], TensorDistAttr()), "only an absent optional input may be",
+     "has 0 entries for a tensor of rank 2; give one entry per tensor dim"),
 ])
-def test_malformed_specs_are_named_errors_that_say_the_fix(x, fix):
+def test_malformed_specs_are_named_errors_that_say_the_fix(x, fix, fix_as_output):
     with pytest.raises(PlacementError, match=fix):
         ours("softmax", x(), -1)
-    with pytest.raises(PlacementError, match=fix):  # the same spec as a requested output
+    with pytest.raises(PlacementError, match=fix_as_output or fix):  # the same spec as a requested output
         ours("softmax", spec([8, 16], [-1, -1]), x(), -1, backward=True)
 
 
@@ -282,3 +287,193 @@ def test_absent_required_input_and_mixed_meshes_are_named_errors():
     with pytest.raises(ShardingRuleError, match="same ProcessMesh"):
         ours("add", spec([4, 6], [0, -1]), spec([4, 6], [0, -1], other))
     assert issubclass(PlacementError, PaddleExtError) and issubclass(ShardingRuleError, PaddleExtError)
+
+
+# -- a dims_mapping that does not fit the shape (issue #39) -------------------------------------
+# Measured on Paddle 3.3.1 (docs/spmd_rules.md, "The bridge"): infer_forward refuses an input
+# whose dims_mapping length is not its rank; infer_backward reads the inputs' shape and mesh but
+# never their dims_mapping, and refuses a requested output whose dims_mapping length is not its rank.
+def _mutated(mapping, how):
+    return {"short": mapping[:-1], "empty": [], "long": mapping + [-1], "absent mesh dim": [5] + mapping[1:],
+            "mesh dim twice": [0] * len(mapping)}[how]
+
+
+FORWARD_CALLS = {   # op: (first input's shape, a valid mapping, its mesh, the call around it)
+    "softmax": ([8, 16, 48], [1, -1, -1], MESH_2X4, lambda x: (x, -1)),
+    "transpose": ([64, 36], [0, -1], MESH_2X3, lambda x: (x, [1, 0])),
+    "cumsum": ([64, 32, 48], [-1, 0, 1], MESH_2X4, lambda x: (x, 1, False, False, False)),
+    "relu": ([64, 36], [0, -1], MESH_2X3, lambda x: (x,)),
+    "add": ([64, 36], [0, -1], MESH_2X3, lambda x: (x, spec([64, 36], [-1, -1]))),
+    "max": ([64, 36], [-1, 0], MESH_2X3, lambda x: (x, [0], False)),
+    "reshape": ([6, 12, 48, 24], [0, -1, 1, -1], MESH_2X3, lambda x: (x, [1, 72, 48, 4, 6])),
+    "matmul": ([96, 48], [1, 0], MESH_2X3, lambda x: (x, spec([48, 72], [0, -1]), False, False)),
+}
+
+
+@pytest.mark.parametrize("how", ["short", "empty", "long"])
+@pytest.mark.parametrize("op", sorted(FORWARD_CALLS))
+def test_forward_refuses_an_input_mapping_of_another_length_as_paddle_does(op, how):
+    shape, mapping, mesh, call = FORWARD_CALLS[op]
+    x = _mapping_unchecked(shape, _mutated(mapping, how), mesh)
+    with pytest.raises(ValueError, match="dims_mapping size"):
+        paddle_answer(op, *call(x))
+    with pytest.raises(PlacementError, match="give one entry per tensor dim"):   # a ValueError too
+        ours(op, *call(x))
+
+
+def test_layer_norm_forward_refuses_what_paddle_does_not_check():
+    # Paddle's layer_norm rule skips the length check: a short x mapping comes back short (an
+    # attr its tensor cannot hold), an empty one crashes the process, so Paddle is not called here
+    with pytest.raises(PlacementError, match="has 2 entries for a tensor of rank 3"):
+        ours("layer_norm", spec(LN_X, [1, -1]), spec([1024], [-1]), spec([1024], [-1]), 1e-3, 2)
+
+
+BACKWARD_CALLS = {  # op: (first input's shape, the call around it; the requested outputs are valid)
+    "softmax": ([8, 16, 48], lambda x: (x, spec([8, 16, 48], [1, -1, 0], MESH_2X4), -1)),
+    "transpose": ([64, 48, 36, 24], lambda x: (x, spec([64, 36, 24, 48], [-1, 1, -1, 0]), [0, 2, 3, 1])),
+    "relu": ([64, 36], lambda x: (x, spec([64, 36], [-1, 0]))),
+    "add": ([64, 36, 12], lambda x: (x, spec([12], [-1]), spec([64, 36, 12], [-1, -1, 0]))),
+    "layer_norm": (LN_X, lambda x: (x, spec([1024], [-1]), spec([1024], [-1]), spec(LN_X, [1, -1, -1]),
+                                    spec([64, 32], [1, -1]), spec([64, 32], [1, -1]), 1e-3, 2)),
+    "max": ([96, 24, 48], lambda x: (x, spec([96], [1]), [1, 2], False)),
+    "reshape": ([6, 12, 48, 24], lambda x: (x, spec([1, 72, 48, 4, 6], [-1, 0, 1, -1, -1]), [1, 72, 48, 4, 6])),
+    "matmul": ([512, 48, 64, 32], lambda x: (x, spec([512, 1, 32, 48], [-1] * 4), spec([512, 48, 64, 48],
+                                                                                        [-1, 0, -1, 1]), False, False)),
+}
+
+
+@pytest.mark.parametrize("how", ["short", "empty", "long", "absent mesh dim", "mesh dim twice"])
+@pytest.mark.parametrize("op", sorted(BACKWARD_CALLS))
+def test_backward_reads_inputs_by_shape_and_mesh_as_paddle_does(op, how):
+    shape, call = BACKWARD_CALLS[op]
+    mesh = MESH_2X4 if op == "softmax" else MESH_2X3
+    x = _mapping_unchecked(shape, _mutated([-1, 0] + [-1] * (len(shape) - 2), how), mesh)
+    ins, outs = same_as_paddle(op, *call(x), backward=True)
+    # the answer is the one for a well-formed x: its mapping was never read
+    well_formed = _mapping_unchecked(shape, [-1] * len(shape), mesh)
+    assert (ins, outs) == ours(op, *call(well_formed), backward=True)
+
+
+def test_cumsum_backward_reads_its_input_by_shape_where_paddle_checks_the_length():
+    out = spec([64, 32, 48], [-1, -1, 1], MESH_2X4)
+    short = _mapping_unchecked([64, 32, 48], [-1, 0], MESH_2X4)
+    with pytest.raises(ValueError, match="dims_mapping size"):
+        paddle_answer("cumsum", short, out, 1, False, False, False, backward=True)
+    expected = paddle_answer("cumsum", spec([64, 32, 48], [-1, -1, -1], MESH_2X4), out, 1, False, False, False,
+                             backward=True)
+    assert ours("cumsum", short, out, 1, False, False, False, backward=True) == expected
+
+
+def test_backward_reads_requested_outputs_on_the_inputs_mesh():
+    # the output spec kept a 1-D mesh while the inputs moved to 2x3 (as one of Paddle's tests does):
+    # Paddle reads only its dims_mapping, and so does the bridge, on the mesh the op runs on
+    stale = _mapping_unchecked([96, 24, 48], [0, 1, -1], paddle.distributed.ProcessMesh([0, 1, 2, 3]))
+    x, y = _mapping_unchecked([96, 24, 48], [1, 0], MESH_2X3), _mapping_unchecked([96, 24, 48], [1, 0], MESH_2X3)
+    ins, outs = ours("add", x, y, stale, backward=True)
+    expected_ins, expected_outs = paddle_answer("add", x, y, stale, backward=True)
+    assert mappings(ins) == mappings(expected_ins) == [[0, 1, -1], [0, 1, -1]]
+    assert mappings(outs) == mappings(expected_outs) == [[0, 1, -1]]
+    assert all(mesh == [2, 3] for _, _, mesh in ins + outs)   # Paddle leaves the output on the stale mesh
+
+
+OUTPUT_CALLS = {    # op: (requested output's shape, a valid mapping, its mesh, the call around it)
+    "softmax": ([8, 16, 48], [1, -1, 0], MESH_2X4, lambda o: (spec([8, 16, 48], [-1, -1, -1], MESH_2X4), o, -1)),
+    "transpose": ([36, 64], [-1, 0], MESH_2X3, lambda o: (spec([64, 36], [-1, -1]), o, [1, 0])),
+    "add": ([64, 36], [0, -1], MESH_2X3, lambda o: (spec([64, 36], [-1, -1]), spec([64, 36], [-1, -1]), o)),
+    "max": ([96, 24], [1, -1], MESH_2X3, lambda o: (spec([96, 24, 48], [-1, -1, -1]), o, [2], False)),
+    "reshape": ([1, 72, 48, 4, 6], [-1, 0, 1, -1, -1], MESH_2X3,
+                lambda o: (spec([6, 12, 48, 24], [-1] * 4), o, [1, 72, 48, 4, 6])),
+}
+
+
+@pytest.mark.parametrize("how", ["short", "empty", "long"])
+@pytest.mark.parametrize("op", sorted(OUTPUT_CALLS))
+def test_backward_refuses_an_output_mapping_of_another_length_as_paddle_does(op, how):
+    shape, mapping, mesh, call = OUTPUT_CALLS[op]
+    out = _mapping_unchecked(shape, _mutated(mapping, how), mesh)
+    with pytest.raises(ValueError, match="dims_mapping size"):
+        paddle_answer(op, *call(out), backward=True)
+    with pytest.raises(PlacementError, match="give one entry per tensor dim"):
+        ours(op, *call(out), backward=True)
+
+
+def test_one_mesh_dim_on_two_output_dims_is_refused_by_both():
+    args = (spec([512, 48, 32, 64], [-1] * 4), spec([512, 1, 48, 32], [-1] * 4),
+            _mapping_unchecked([512, 48, 64, 48], [-1, 1, 0, 1]), True, True)
+    with pytest.raises(RuntimeError, match="sharded by same mesh dimension"):
+        paddle_answer("matmul", *args, backward=True)
+    with pytest.raises(PlacementError, match="uses mesh dim 1 for tensor dims 1 and 3.*set one of them to -1"):
+        ours("matmul", *args, backward=True)
+
+
+@pytest.mark.parametrize("x_shape,out_shape,out_map,attr", [
+    ([6, 12, 48, 24], [3, 24, 6, 8, 24], [1, -1, -1, -1, 0], [1, 72, 48, 4, 6]),     # attribute disagrees
+    ([6, 12, 48, 24], [6, 12, 48, 24], [-1, -1, 0, 1], [1, 72, 48, 4, 6]),          # and has another rank
+    ([6, 12, 48, 24], [72, 3, 16, 24], [0, 1, -1, -1], [1, 72, 48, 4, 6]),
+    ([8, 1024, 3072], [0, 0, -1, 192], [0, 1, -1, -1], [0, 0, -1, 192]),            # 0 and -1 as in the attribute
+    ([-1, -1, 3072], [0, 0, -1, 192], [0, 1, -1, -1], [0, 0, -1, 192]),
+])
+def test_reshape_backward_reads_its_target_from_the_output_spec_as_paddle_does(x_shape, out_shape, out_map, attr):
+    same_as_paddle("reshape", spec(x_shape, [-1] * len(x_shape)), _mapping_unchecked(out_shape, out_map), attr,
+                   backward=True)
+
+
+def test_a_matmul_whose_contracted_sizes_differ_is_refused_by_both():
+    # one of Paddle's tests sets trans_x without transposing x's shape: k is 64 in x and 32 in y
+    args = (spec([512, 48, 64, 32], [1, -1, -1, 0]), spec([32, 48], [-1, -1]), True, False)
+    with pytest.raises(RuntimeError, match="Shape Conflict"):
+        paddle_answer("matmul", *args)
+    with pytest.raises(ShardingRuleError, match="factor 'k' has size 64 .* but size 32 .*make the sizes equal"):
+        ours("matmul", *args)
+
+
+# -- where Paddle's own tests expect another answer, ours is right by the dense check ----------
+def _raw(rule, args, backward=False):
+    return (rule.infer_backward if backward else rule.infer_forward)(*args)
+
+
+def _dense_verdict(op, answer, in_shapes, out_shapes, attrs):
+    """'' when the answer's layouts rebuild the dense result on simulated ranks, else why not."""
+    claim = [[spmd_compat.spec_from_dist_attr(a, s) for a, s in zip(part, shapes)]
+             for part, shapes in zip(answer, (in_shapes, out_shapes))]
+    return check_claim(op, in_shapes, attrs, *claim)
+
+
+def test_elementwise_merge_differs_from_paddle_and_both_are_right():
+    args = (spec([96, 24, 48], [0, -1, -1]), spec([96, 24, 48], [-1, 1, 0]))
+    shapes = ([(96, 24, 48)] * 2, [(96, 24, 48)])
+    ext, paddle_ = _raw(get_spmd_rule("add", "ext"), args), _raw(core.get_phi_spmd_rule("add"), args)
+    assert mappings([_view(a) for a in ext[1]]) == [[-1, 1, 0]]      # keeps the most-sharded input
+    assert mappings([_view(a) for a in paddle_[1]]) == [[0, 1, -1]]
+    assert _dense_verdict("add", ext, *shapes, {}) == "" and _dense_verdict("add", paddle_, *shapes, {}) == ""
+
+
+def test_layer_norm_backward_conflict_answer_is_right_by_the_dense_check():
+    args = (spec(LN_X, [-1, -1, -1]), spec([1024], [-1]), spec([1024], [-1]), spec(LN_X, [1, -1, -1]),
+            spec([64, 32], [0, -1]), spec([64, 32], [-1, -1]), 1e-3, 2)
+    answer = _raw(get_spmd_rule("layer_norm", "ext"), args, backward=True)
+    shapes = ([tuple(LN_X), (1024,), (1024,)], [tuple(LN_X), (64, 32), (64, 32)])
+    assert _dense_verdict("layer_norm", answer, *shapes, {"epsilon": 1e-3, "begin_norm_axis": 2}) == ""
+
+
+def test_max_over_a_sharded_dim_is_partial_max_and_paddles_partial_sum_is_wrong():
+    mesh4 = paddle.distributed.ProcessMesh([0, 1, 2, 3])
+    attrs = {"axis": [0], "keepdim": False}
+    res = get_spmd_rule("max", "ext").infer([DistSpec((64, 32), (4,), "[S(0)]")], attrs)
+    assert str(res.outputs[0].placements[0]) == "P(max)"
+    assert check_claim("max", [(64, 32)], attrs, res.inputs, res.outputs) == ""
+    paddle_ = _raw(core.get_phi_spmd_rule("max"), (spec([64, 32], [0, -1], mesh4), [0], False))
+    assert "values differ from dense" in _dense_verdict("max", paddle_, [(64, 32)], [(32,)], attrs)
+
+
+def test_reshape_of_an_uneven_split_piece_paddle_keeps_is_wrong_by_the_dense_check():
+    # [-1, -1, 3072] -> [0, 0, -1, 192]: mesh dim 1 (3 ranks) on the 16 rows of 192 would need
+    # 3072 / 3 = 1024 elements per rank to be whole rows: they are not
+    args = (spec([-1, -1, 3072], [-1, -1, -1]), _mapping_unchecked([0, 0, -1, 192], [0, -1, 1, -1]),
+            [0, 0, -1, 192])
+    ext, paddle_ = _raw(get_spmd_rule("reshape", "ext"), args, True), _raw(core.get_phi_spmd_rule("reshape"), args, True)
+    shapes, attrs = ([(2, 3, 3072)], [(2, 3, 16, 192)]), {"shape": [2, 3, 16, 192]}
+    assert [list(a.dims_mapping) for a in ext[0]] == [[0, -1, -1]]
+    assert [list(a.dims_mapping) for a in paddle_[0]] == [[0, -1, 1]]
+    assert _dense_verdict("reshape", ext, *shapes, attrs) == ""
+    assert "cannot reshape" in _dense_verdict("reshape", paddle_, *shapes, attrs)
