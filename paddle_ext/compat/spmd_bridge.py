@@ -7,6 +7,10 @@
 * :class:`PaddleRule` wraps a C++ rule so the same callers (validator, differential tests,
   ``paddle-ext rules explain --source paddle``) get a :class:`RuleResult` from it.
 
+* :data:`PADDLE_RULES` is what the pure registry asks for both (its ``PaddleRules`` port):
+  :func:`connect` plugs it into :mod:`paddle_ext.spmd.registry`, and ``import paddle_ext`` calls
+  :func:`connect`, so the pure engine never imports Paddle or compat.
+
 What a ``DistTensorSpec`` must hold, as Paddle 3.3's C++ rules read it (measured with
 ``core.get_phi_spmd_rule``; docs/spmd_rules.md, "The bridge"):
 
@@ -19,11 +23,8 @@ What a ``DistTensorSpec`` must hold, as Paddle 3.3's C++ rules read it (measured
   inputs' dims_mapping: only their shape and process mesh. So the bridge reads a backward input
   as its shape on its mesh, whatever its dims_mapping holds (shorter, longer, empty, an absent
   mesh dim), as Paddle does. The op runs on the inputs' mesh; a requested output's
-  dims_mapping is read on that mesh (Paddle's reverse rules use the mesh-dim numbers only).
-
-* :data:`PADDLE_RULES` is what the pure registry asks for both (its ``PaddleRules`` port):
-  :func:`connect` plugs it into :mod:`paddle_ext.spmd.registry`, and ``import paddle_ext`` calls
-  :func:`connect`, so the pure engine never imports Paddle or compat.
+  dims_mapping is read on that mesh (elementwise reverse rules read only its mesh-dim numbers),
+  and a reshape's target is the requested output's shape (:data:`OUTPUT_SHAPE_ATTRIBUTE`).
 
 Everything Paddle-internal goes through :mod:`paddle_ext.compat.spmd`.
 """
