@@ -1,7 +1,7 @@
 """Breadcrumbs: what a rank is doing now, so a failed or hung run can say where each rank was.
 
 Code that runs on ranks calls :func:`record_action` before a step that may block (a collective,
-a pipeline send); a launcher (the test harness :func:`paddle_ext.testing.run_ranks`) gives each
+a pipeline send); a launcher (:func:`paddle_ext.launcher.run_ranks`) gives each
 rank a file for it in ``PADDLE_EXT_ACTION_FILE`` and prints every failing rank's last action.
 Without that variable the call does nothing. A library module (the pipeline runtime writes
 breadcrumbs), so production code never imports the test harness.

@@ -36,7 +36,7 @@ class CompatError(PaddleExtError, RuntimeError):
 
 class HarnessError(PaddleExtError, RuntimeError):
     """A multi-rank run failed: a rank raised, exited, or did not finish in time. ``failures``
-    lists each failing rank (:class:`paddle_ext.testing.launch.RankFailure`); ``results`` holds
+    lists each failing rank (:class:`paddle_ext.launcher.RankFailure`); ``results`` holds
     every rank's returned value when all of them returned and only their exit went wrong (a
     crash or hang in interpreter teardown), else None."""
 

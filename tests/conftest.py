@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from paddle_ext.testing.launch import leftover_processes
+from paddle_ext.launcher.ranks import leftover_processes
 
 
 @pytest.fixture(autouse=True)

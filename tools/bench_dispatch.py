@@ -120,7 +120,7 @@ def main(argv=None) -> int:
         fast_key.use(True)   # build it here once (first use ~25 s), not in the timed ranks
     load_before = os.getloadavg()
     sys.path.insert(0, HERE)
-    from paddle_ext.testing import run_ranks
+    from paddle_ext.launcher import run_ranks
 
     import bench_dispatch as me
     res = run_ranks(me.bench_rank, nproc=2, args=(args.calls, args.key), timeout=600)

@@ -422,7 +422,7 @@ def main(argv=None) -> int:
     import importlib
 
     from paddle_ext.passes.schedules import schedule_names
-    from paddle_ext.testing import run_ranks
+    from paddle_ext.launcher import run_ranks
 
     me = importlib.import_module("bench_pipeline")  # importable by name in the ranks
     names = args.schedules.split(",") if args.schedules else list(schedule_names())

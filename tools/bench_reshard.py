@@ -332,7 +332,7 @@ def main(argv=None) -> int:
     env = {"MALLOC_MMAP_THRESHOLD_": str(mib << 20), "MALLOC_TRIM_THRESHOLD_": str(4 * mib << 20),
            "MALLOC_ARENA_MAX": "1"} if mib else None
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from paddle_ext.testing import run_ranks
+    from paddle_ext.launcher import run_ranks
 
     import bench_reshard as me  # importable by module name in the ranks
 
@@ -375,7 +375,7 @@ def main(argv=None) -> int:
 
 def _per_call_main(args) -> int:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from paddle_ext.testing import run_ranks
+    from paddle_ext.launcher import run_ranks
 
     import bench_reshard as me  # importable by module name in the ranks
 

@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     import static_ranks as sr
-    from paddle_ext.testing import run_ranks
+    from paddle_ext.launcher import run_ranks
 
     cfgs = [{"schedule": mode, "layer_meshes": meshes, "acc": args.acc, "steps": args.steps,
              "vpp": chunks, "hidden": args.hidden, "batch": 4 * args.acc} for mode, _, meshes, chunks in PLANS]

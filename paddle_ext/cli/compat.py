@@ -1,11 +1,11 @@
 """``paddle-ext compat --models``: PaddleNLP's auto-parallel models on CPU ranks, four ways.
 
-Every cell is one launch of :func:`paddle_ext.testing.real_models.train_rank` (model x plan x
+Every cell is one launch of :func:`paddle_ext.models.real_models.train_rank` (model x plan x
 execution x mode: Paddle alone, ``install()``, ``install()`` + ``enable()``, and every opt-in on:
 ``install(static_engine=True, pipeline_by_annotation=True)`` + ``enable()``), trained with SGD and
-compared with the dense single-process reference (``testing/dense_reference.py``): losses, and in
+compared with the dense single-process reference (``models/dense_reference.py``): losses, and in
 dygraph every parameter's first-step gradient and update (max relative difference <= 1e-5, norm
-ratio within 1e-5 of 1; ``testing/grad_parity.py``). Prints the matrix
+ratio within 1e-5 of 1; ``models/grad_parity.py``). Prints the matrix
 (plan x mode -> match / mismatch / error with its first line); ``--markdown FILE`` also merges
 these cells into the table of FILE's "Real models" section (cells not run keep what the table
 had; the rest of the file is kept), so the matrix can be regenerated a model at a time.
@@ -40,10 +40,10 @@ def run(args) -> int:
         print("paddle-ext compat: pass --models (the real-model matrix)", file=sys.stderr)
         return 2
     from ..errors import HarnessError
-    from ..testing import real_model_cells as cells
-    from ..testing import real_models as rm
-    from ..testing.dense_reference import dense_run
-    from ..testing.launch import run_ranks
+    from ..models import real_model_cells as cells
+    from ..models import real_models as rm
+    from ..models.dense_reference import dense_run
+    from ..launcher import run_ranks
 
     try:
         rm.require_paddlenlp()
@@ -126,7 +126,7 @@ def _measured_gradients(row: dict, modes: list[str]) -> str | None:
 
 def render(rows: list[dict], modes: list[str]) -> str:
     """The matrix as a Markdown table, one row per model x plan x execution."""
-    from ..testing.real_models import MODE_TITLES
+    from ..models.real_models import MODE_TITLES
 
     head = ["model", "plan", "ranks", "execution"] + [MODE_TITLES[m] for m in modes] + [GRADIENTS]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -144,7 +144,7 @@ def _split_row(line: str) -> list[str]:
 def read_rows(text: str) -> list[dict]:
     """The rows of the table already in a "Real models" section (cells as (status, detail)), so a
     run of some cells updates the table instead of replacing it."""
-    from ..testing.real_models import MODE_TITLES
+    from ..models.real_models import MODE_TITLES
 
     if BEGIN not in text or END not in text:
         return []
@@ -171,7 +171,7 @@ def read_rows(text: str) -> list[dict]:
 def merge(old: list[dict], new: list[dict]) -> list[dict]:
     """Every model x plan x execution in the matrix's order: the cells just run, else the cells
     the table had, else "not run yet"."""
-    from ..testing import real_models as rm
+    from ..models import real_models as rm
 
     have = {(r["model"], r["plan"], r["exec"]): dict(r) for r in old}
     for r in new:

@@ -1,6 +1,6 @@
 """``paddle-ext demo``: train a small GPT on CPU (or GPU) ranks under a named plan and check it against dense.
 
-Launches the ranks through ``paddle.distributed.launch`` (via :func:`paddle_ext.testing.run_ranks`),
+Launches the ranks through ``paddle.distributed.launch`` (via :func:`paddle_ext.launcher.run_ranks`),
 shows a progress bar from rank 0, runs the single-process reference with the same seed and data,
 and prints the loss table, per-rank peak memory and the bytes per collective kind. The last line
 is ``max_rel_loss_diff=<value>``. Artifacts (JSON results, the schedule picture for pipeline
@@ -120,7 +120,7 @@ def run(args) -> int:
     from ..demo.plans import PLANS, parse_plan
     from ..demo.train import RunConfig, reference_losses, train_rank
     from ..errors import HarnessError
-    from ..testing import run_ranks
+    from ..launcher import run_ranks
 
     if args.list_plans:
         for name, text in PLANS.items():

@@ -51,7 +51,7 @@ def matrix_rank(cases, native: bool) -> dict:
 
 def _run(cases, nproc, native, budget):
     """{case.id: [Outcome per rank] | "crash: ..."} with bisection on launch failures."""
-    from ..testing import run_ranks
+    from ..launcher import run_ranks
 
     out: dict = {}
 

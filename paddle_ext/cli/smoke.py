@@ -67,7 +67,7 @@ def dense_reference():
 
 
 def run(args) -> int:
-    from ..testing import run_ranks
+    from ..launcher import run_ranks
 
     results = run_ranks(smoke_rank, nproc=args.nproc, timeout=args.timeout, log_dir=args.log_dir)
     ref_losses, ref_grads = dense_reference()

@@ -47,7 +47,7 @@ PIECES = {
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc")
 BUILD_TIMEOUT = 900   # seconds; a build takes 20-30 s with g++ on this machine
 _FEATURE = "paddle-ext's C++ pieces"   # what require_paddle names when Paddle is missing
-_HARNESS_TAG = "PADDLE_EXT_HARNESS_TAG"   # paddle_ext.testing's marker of its rank processes
+_HARNESS_TAG = "PADDLE_EXT_HARNESS_TAG"   # paddle_ext.launcher's marker of its rank processes
 
 
 def source_path(kind: str) -> str:

@@ -64,7 +64,7 @@ from ..errors import CompatError
 from .backend import GLOO, backend_of, note_once
 from .gloo_groups import _gloo_group_store_apply, _has_gloo_groups, group_store
 from .gloo_p2p import _batch_order_apply, _batch_order_needed
-from . import bool_cast_grad, cpu_collectives, stage1_dense_grads, zero3_gather
+from . import bool_cast_grad, cpu_collectives, outside_mesh_hint, stage1_dense_grads, zero3_gather
 from .version import require_paddle
 
 
@@ -252,24 +252,6 @@ def _stay_on_cpu(tensor, *args, **kwargs):
     return tensor
 
 
-def _outside_mesh_hint_needed() -> bool:
-    from . import outside_mesh_hint
-
-    return outside_mesh_hint.needed()
-
-
-def _outside_mesh_hint_apply():
-    from . import outside_mesh_hint
-
-    return outside_mesh_hint.apply()
-
-
-def _outside_mesh_hint_disarm():
-    from . import outside_mesh_hint
-
-    outside_mesh_hint.disarm()
-
-
 FIXES: dict[str, Fix] = {
     f.name: f for f in (
         Fix("numpy-mesh-rank",
@@ -305,7 +287,7 @@ FIXES: dict[str, Fix] = {
         Fix("outside-mesh-hint",
             "the first DistTensor on a mesh that excludes this rank (pipeline by annotation) prints one line naming "
             "install(pipeline_by_annotation=True), before an op on it can die with SIGSEGV; no other effect",
-            _outside_mesh_hint_needed, _outside_mesh_hint_apply, _undo=_outside_mesh_hint_disarm),
+            outside_mesh_hint.needed, outside_mesh_hint.apply, _undo=outside_mesh_hint.disarm),
         Fix("checkpoint-cpu-load",
             "dist.load_state_dict reshards on CPU instead of calling Tensor.cuda()",
             _cpu_only, _checkpoint_apply),

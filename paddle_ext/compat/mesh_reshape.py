@@ -30,7 +30,7 @@ def local_mesh_reshape(x, mesh, placements, source_placements):
 
 
 def _build(paddle):
-    from paddle.autograd import PyLayer
+    PyLayer = paddle.autograd.PyLayer
 
     def move(t, dims, mesh, placements):
         local = t._local_value()

@@ -48,38 +48,15 @@ from __future__ import annotations
 import numpy as np
 import paddle
 import paddle.distributed as dist
-from paddle.base import core
 from paddle.distributed.auto_parallel.local_layer import LocalLayer
 
 from ..errors import CompatError, ValueMismatchError
 from . import cpp_build   # imports Paddle (builds nothing until the opt-in is applied)
 from .backend import note_once
 from .fixes import Fix, apply_fixes, revert_fixes
-from .version import require_paddle
+from .outside_mesh_support import DEVICE_TYPE, SWITCH, VERIFIED_VERSIONS, unsupported_reason  # noqa: F401
 
-DEVICE_TYPE = "no_device"
-VERIFIED_VERSIONS = ("3.3.1",)
 _MODULE: list = [None]   # the loaded C++ piece, once
-
-
-def unsupported_reason() -> str | None:
-    """Why the fix does not apply in this process (None: it does)."""
-    require_paddle("ranks-outside-mesh")
-    what = "install(pipeline_by_annotation=True)"
-    if paddle.__version__ not in VERIFIED_VERSIONS:
-        return (f"{what} was verified on Paddle {', '.join(VERIFIED_VERSIONS)} only (it registers a device "
-                f"type in Paddle's C++ device manager); found Paddle {paddle.__version__}")
-    if paddle.is_compiled_with_cuda() or paddle.is_compiled_with_xpu() or paddle.is_compiled_with_rocm():
-        return (f"{what} is for the CPU wheel of Paddle; on this GPU/XPU build ranks outside a mesh take "
-                "Paddle's own path")
-    types = list(core.get_all_custom_device_type())
-    if types and types != [DEVICE_TYPE]:
-        return (f"{what}: a real custom device is registered ({', '.join(types)}); Paddle puts the empty "
-                "locals of ranks outside a mesh there already")
-    if dist.get_world_size() < 2:
-        return (f"{what} is for each rank of a multi-rank job (after dist.init_parallel_env()); this process "
-                "is one (world size 1), where every rank is in every mesh")
-    return None
 
 
 def _needed() -> bool:
@@ -246,8 +223,6 @@ def _apply_local_layer():
     _patch(LocalLayer, "__call__", _local_layer_call, patched)
     return patched
 
-
-SWITCH = "install(pipeline_by_annotation=True)"
 
 # Both change what a program that already runs sees (a registered device type; LocalLayer
 # gradients on the ranks inside the mesh too), so both are opt-in under SWITCH; plain install()

@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import sys
 
+from .outside_mesh_support import opt_in_on, unsupported_reason
+from .version import require_paddle
+
 HINT = ("paddle-ext: rank {rank} holds a DistTensor on mesh {mesh}, which excludes it (pipeline parallelism by "
         "annotation: every rank runs the whole forward). On Paddle {version} CPU the first op on it dies with "
         "SIGSEGV; call paddle_ext.install(pipeline_by_annotation=True) after dist.init_parallel_env() on every "
@@ -27,34 +30,22 @@ HINT = ("paddle-ext: rank {rank} holds a DistTensor on mesh {mesh}, which exclud
 _STATE = {"armed": False, "said": False}
 
 
-def _opt_in_on() -> bool:
-    from paddle.base import core
-
-    from .outside_mesh import DEVICE_TYPE
-
-    return DEVICE_TYPE in list(core.get_all_custom_device_type())
-
-
 def needed() -> bool:
     """Where the opt-in would apply (Paddle 3.3.1 CPU wheel, a multi-rank job) and is not on."""
-    from .outside_mesh import unsupported_reason
-
-    return unsupported_reason() is None and not _opt_in_on()
+    return unsupported_reason() is None and not opt_in_on()
 
 
 def watch_mesh(mesh) -> None:
     """Say :data:`HINT` once if this rank is not in ``mesh`` (cheap when not armed)."""
     if not _STATE["armed"] or mesh is None:
         return
-    import paddle
-    import paddle.distributed as dist
-
-    rank = dist.get_rank()
+    paddle = require_paddle("outside-mesh-hint")
+    rank = paddle.distributed.get_rank()
     if rank in mesh.process_ids or _STATE["said"]:
         return
     _STATE["said"] = True
     _STATE["armed"] = False
-    if _opt_in_on():
+    if opt_in_on():
         return
     sys.stderr.write(HINT.format(rank=rank, mesh=list(mesh.process_ids), version=paddle.__version__) + "\n")
     sys.stderr.flush()
@@ -85,9 +76,8 @@ _WRAPPED: list = []
 def apply() -> list:
     """Wrap ``shard_tensor`` and ``dtensor_from_local`` (both names Paddle's code calls them by);
     ``dist.reshard`` reports its target mesh from paddle-ext's first call for that request."""
-    import paddle.distributed as dist
-    from paddle.distributed.auto_parallel import api
-
+    paddle = require_paddle("outside-mesh-hint")
+    dist, api = paddle.distributed, paddle.distributed.auto_parallel.api
     patched = []
     for name in ("shard_tensor", "dtensor_from_local"):
         original = getattr(api, name)
@@ -96,7 +86,7 @@ def apply() -> list:
             if getattr(owner, name, None) is original:
                 setattr(owner, name, wrapper)
                 patched.append((owner, name, original))
-    _WRAPPED[:] = [(owner, name, original) for owner, name, original in patched]
+    _WRAPPED[:] = patched
     _STATE.update(armed=True, said=False)
     return patched
 

@@ -4,7 +4,7 @@
 (``layers``, ``hidden``, ``heads``, ``seq``, ``vocab``, ``ffn``) asks for a larger model of the
 same family, which is then written from its sizes without building it. ``paddlenlp-gpt`` and
 ``paddlenlp-qwen`` are the tiny PaddleNLP auto-model configs of the real-model tests
-(:mod:`paddle_ext.testing.real_models`), traced (:mod:`.trace_paddlenlp`); with size overrides,
+(:mod:`paddle_ext.models.real_models`), traced (:mod:`.trace_paddlenlp`); with size overrides,
 written from their config by the same family formula.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 * In this process, dense: every matmul shape the candidate plans of the model run (forward,
   backward for the input, backward for the weight), and the elementwise line (a multiply at
   four sizes, forward and backward, fitted to ``alpha + s_per_elem * numel``).
-* On ``nproc`` ranks (:func:`paddle_ext.testing.run_ranks`, gloo on CPU): the extra time of an
+* On ``nproc`` ranks (:func:`paddle_ext.launcher.run_ranks`, gloo on CPU): the extra time of an
   op call on distributed tensors (one block of the model forward and backward, replicated on the
   ranks, against the same block dense, with ``paddle_ext.install()`` and ``enable()`` as the demo
   runs), each collective kind per group size as ``dist.reshard`` runs it on a ``[N/g, g]`` mesh
@@ -196,7 +196,7 @@ def build_profile(gemms, nproc: int, model_config: dict, timeout: float = 600.0,
     (``model_config``: the demo GPT's sizes, for the dispatch measurement on one block;
     ``imports``: modules the model's runner loads, in the process base; ``model``: its name, for
     a PaddleNLP model's own decoder layer)."""
-    from ..testing import run_ranks
+    from ..launcher import run_ranks
 
     load_before = os.getloadavg()
     elementwise = measure_elementwise()

@@ -22,7 +22,7 @@ import time
 import paddle
 import paddle.distributed as dist
 
-from ..testing import real_models as rm
+from ..models import real_models as rm
 from .trace_paddlenlp import auto_mesh
 
 # PaddleNLP 3.0.0b4's QWen auto model has no sequence parallelism (it never reads the config's

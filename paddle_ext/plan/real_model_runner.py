@@ -1,7 +1,7 @@
 """Prove predictions by running a PaddleNLP auto model: a plan through the real-model runner.
 
 ``paddle-ext plan --model paddlenlp-gpt --run K`` launches each plan through
-:func:`paddle_ext.testing.real_models.train_layout`, the runner of ``paddle-ext compat --models``:
+:func:`paddle_ext.models.real_models.train_layout`, the runner of ``paddle-ext compat --models``:
 PaddleNLP's own auto-parallel path (``fleet.auto.create_mesh``, ``LazyGuard``,
 ``dist.shard_dataloader``, ``dist.shard_optimizer``, the model's own placements) with every
 paddle-ext opt-in on, in dygraph. That path has no pipeline runtime: pipeline parallelism is by
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import statistics
 
-from ..testing import run_ranks
-from ..testing.real_models import OUTSIDE_STATIC_MODE, train_layout
+from ..launcher import run_ranks
+from ..models.real_models import OUTSIDE_STATIC_MODE, train_layout
 from .candidates import Candidate
 from ..compat.cpp_build import optional_file_lock
 from .host_steal import steal_meter

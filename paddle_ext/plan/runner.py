@@ -1,7 +1,7 @@
 """Prove predictions by running: a plan through the demo's runner on CPU ranks (an adapter).
 
 Each plan runs :func:`paddle_ext.demo.train.train_rank` (the runner ``paddle-ext demo`` uses)
-through :func:`paddle_ext.testing.run_ranks` with the described model's sizes, the plan's batch,
+through :func:`paddle_ext.launcher.run_ranks` with the described model's sizes, the plan's batch,
 schedule and microbatches. The step time is the median of rank 0's step-to-step times after
 ``warmup`` steps (from the runner's progress records); the peak memory is the largest per-rank
 peak the runner reports (``ru_maxrss`` on CPU, the allocator's peak on GPU). Each rank is bound
@@ -46,7 +46,7 @@ def run_candidate(c: Candidate, model_config: dict, steps: int = 6, timeout: flo
     """Run plan ``c``; ``{"measured_step_s", "measured_peak_bytes", "step_times", "losses",
     "steal_fraction"}`` (the share of CPU time the host took meanwhile, :mod:`.host_steal`)."""
     from ..demo.train import RunConfig, train_rank
-    from ..testing import run_ranks
+    from ..launcher import run_ranks
 
     work = Path(tempfile.mkdtemp(prefix="paddle_ext_plan_run_"))
     progress = work / "progress.jsonl"

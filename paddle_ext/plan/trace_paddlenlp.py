@@ -1,7 +1,7 @@
 """Trace a PaddleNLP auto model's config into a :class:`~.model_desc.ModelDesc` (an adapter).
 
 The planner's PaddleNLP models (``paddlenlp-gpt``, ``paddlenlp-qwen``: the real-model tests'
-configs, :mod:`paddle_ext.testing.real_models`) are traced like the demo (:mod:`.trace`): the
+configs, :mod:`paddle_ext.models.real_models`) are traced like the demo (:mod:`.trace`): the
 embedding, every decoder layer and the head with the loss, each converted with
 ``paddle.jit.to_static`` from the model's dense class, whose parameters have the auto class's
 names and shapes. How tensor parallelism splits each parameter is read from the auto class
@@ -19,7 +19,7 @@ import paddle
 import paddle.distributed as dist
 from paddle.distributed import fleet
 
-from ..testing import real_models as rm
+from ..models import real_models as rm
 from .model_desc import LayerDesc, ModelDesc
 from .trace import _ops_of, _params, _trace_batch
 

@@ -49,7 +49,7 @@ def test_run_paddlenlp_gpt_plans_through_its_auto_parallel_path(tmp_path):
     """``--model paddlenlp-gpt --run 2``: the two best plans PaddleNLP's auto-parallel path can
     run (no pipeline, or pipeline by annotation at one microbatch) train PaddleNLP's GPT auto
     model on 2 ranks; their losses are the dense non-auto GPT's on the same batches."""
-    from paddle_ext.testing import real_models as rm
+    from paddle_ext.models import real_models as rm
     from paddle_ext.testing import run_ranks
 
     try:

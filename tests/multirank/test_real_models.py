@@ -19,11 +19,11 @@ to install it.
 import pytest
 
 from paddle_ext.errors import HarnessError
-from paddle_ext.testing import grad_parity as gp
-from paddle_ext.testing import real_model_cells as cells
-from paddle_ext.testing import real_models as rm
+from paddle_ext.models import grad_parity as gp
+from paddle_ext.models import real_model_cells as cells
+from paddle_ext.models import real_models as rm
 from paddle_ext.testing import run_ranks
-from paddle_ext.testing.dense_reference import dense_run
+from paddle_ext.models.dense_reference import dense_run
 
 pytestmark = pytest.mark.multirank
 

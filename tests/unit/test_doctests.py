@@ -23,7 +23,7 @@ import paddle_ext.spmd_rules
 # paddle_ext/, so walking paddle_ext.__path__ alone never reaches them
 PACKAGES = (paddle_ext, paddle_ext.passes, paddle_ext.spmd_rules)
 # importing these runs them; they are read, not imported, and must show no examples
-NOT_IMPORTED = {"paddle_ext.__main__", "paddle_ext.testing._worker"}
+NOT_IMPORTED = {"paddle_ext.__main__", "paddle_ext.launcher._worker"}
 # modules whose every example is skipped because it needs several processes; an entry that stops
 # being true (an example runs, or the examples go) fails, so the list cannot go stale
 ONLY_SKIPPED: dict = {}   # module -> why every example it shows is skipped (none today)

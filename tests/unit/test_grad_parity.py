@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from paddle_ext.testing import grad_parity as gp
+from paddle_ext.models import grad_parity as gp
 
 G = np.arange(24, dtype="float32").reshape(4, 6)
 

@@ -4,7 +4,7 @@ When a rank fails in interpreter teardown, Paddle's launcher stops its peers: th
 SIGTERM (a negative code from their supervisor) or before they could write a code at all. The
 report must name the rank that failed, not a peer the launcher stopped (a race seen under load).
 """
-from paddle_ext.testing.launch import _format_failures, _wait_for_exits
+from paddle_ext.launcher.ranks import _format_failures, _wait_for_exits
 
 
 def _write_codes(tmp_path, codes):

@@ -56,7 +56,7 @@ def test_paddlenlp_trace_has_the_models_parameters_and_paddlenlp_s_own_split(nam
     import paddle
     from paddle.distributed import fleet
 
-    from paddle_ext.testing import real_models as rm
+    from paddle_ext.models import real_models as rm
 
     model = name.split("-", 1)[1]
     desc = describe_model(name)

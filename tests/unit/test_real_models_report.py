@@ -5,8 +5,8 @@ import sys
 import pytest
 
 from paddle_ext.cli import compat
-from paddle_ext.testing import real_model_cells as cells
-from paddle_ext.testing import real_models as rm
+from paddle_ext.models import real_model_cells as cells
+from paddle_ext.models import real_models as rm
 
 
 def test_compare_needs_a_loss_and_the_tolerance():

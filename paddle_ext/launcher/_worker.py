@@ -1,4 +1,4 @@
-"""One rank of :func:`paddle_ext.testing.run_ranks`: the script ``paddle.distributed.launch`` starts.
+"""One rank of :func:`paddle_ext.launcher.run_ranks`: the script ``paddle.distributed.launch`` starts.
 
 It adds nothing to the rank's process state. It starts the rank itself (``_rank.py``) as a
 child with the launcher's environment unchanged, waits for it, and writes the child's exit code

@@ -66,7 +66,7 @@ def run_cell(model: str, plan: str, mode: str, exec_mode: str, dense: dict, log_
     """One matrix cell, trained with SGD and judged by :func:`judge`: ("match" | "mismatch" |
     "error", detail)."""
     from ..errors import HarnessError
-    from .launch import run_ranks
+    from ..launcher import run_ranks
 
     try:
         res = run_ranks(train_rank, PLANS[plan][0], args=(model, plan, mode, exec_mode, "sgd", True),

@@ -1,4 +1,4 @@
-"""The rank process of :func:`paddle_ext.testing.run_ranks`, started by ``_worker.py``.
+"""The rank process of :func:`paddle_ext.launcher.run_ranks`, started by ``_worker.py``.
 
 It runs the function as ``python -m paddle.distributed.launch script.py`` runs a script: no
 ``set_device``, no ``init_parallel_env``, no ``paddle_ext.install()`` -- the function does what
