@@ -12,10 +12,16 @@ Laws, for a notation bound to shapes and one :class:`DistSpec` per input:
    keeps a factor that reaches an output over a reduction factor (no partial result), then the
    larger factor, then the first in the notation. ``merge: follow`` instead keeps every claim of
    the most-sharded input (ties: the first input) and lets the others fill free mesh dims.
-4. **Inputs** take their factors' mesh dims; a Partial input is never kept (the merged layout
-   has no partial), so it shows up as a required reshard.
+4. **Inputs** take their factors' mesh dims. A Partial input is kept only on a mesh dim no
+   factor uses and only as the notation's ``partial(...)`` clause allows (law 6); otherwise it
+   shows up as a required reshard.
 5. **Outputs** take their factors' mesh dims; a reduction factor that stays sharded makes the
    output ``Partial(op)`` on that mesh dim.
+6. **Partial inputs pass** where the ``partial(ops): groups`` clause says so: on a free mesh
+   dim where every Partial input has the same reduce op, listed in the clause, the group holding
+   most of them (the first on a tie) keeps them (for ``sum`` the whole group is partial, its
+   replicated members made partial locally; for ``avg``/``max``/``min`` a replicated member is
+   its own average) and its outputs are ``Partial(op)``; partial inputs outside it are reduced.
 
 >>> from paddle_ext.placements import DistSpec
 >>> r = infer_einsum("m k, k n -> m n", [DistSpec((4, 8), (2,), "[S(1)]"), DistSpec((8, 6), (2,), "[R]")], op="matmul")
@@ -23,6 +29,9 @@ Laws, for a notation bound to shapes and one :class:`DistSpec` per input:
 'matmul: [S(1)],[R] -> [S(1)],[S(0)] = [P(sum)]'
 >>> [str(x) for x in r.reshards]
 ['in1: [R] -> [S(0)]']
+>>> str(infer_einsum("m k, k n -> m n | partial(sum avg): 0, 1",
+...                  [DistSpec((4, 8), (2,), "[R]"), DistSpec((8, 6), (2,), "[P(sum)]")], op="matmul"))
+'matmul: [R],[P(sum)] = [P(sum)]'
 """
 from __future__ import annotations
 
@@ -30,7 +39,7 @@ import math
 from typing import Sequence
 
 from ..errors import ShardingRuleError
-from ..placements import DistSpec, Partial, format_placements
+from ..placements import DistSpec, Partial, Replicate, format_placements
 from .notation import ONE, Binding, Notation, as_notation
 from .result import RuleResult, make_result, spec_from_mapping
 
@@ -68,9 +77,15 @@ def proposals(binding: Binding, specs: Sequence[DistSpec]) -> list[tuple[int, in
 
 
 def merge(notation: Notation, binding: Binding, specs: Sequence[DistSpec],
-          mesh: Sequence[int]) -> dict[str, tuple[int, ...]]:
-    """Factor -> mesh dims after laws 1-3 of the module docstring."""
+          mesh: Sequence[int], votes: bool = False) -> dict[str, tuple[int, ...]]:
+    """Factor -> mesh dims after laws 1-3 of the module docstring. With ``votes`` (reverse
+    inference, ``specs`` being the requested outputs), law 3 first keeps the factor more of the
+    specs shard on that mesh dim: the answer then differs from the fewest requested outputs."""
     props = proposals(binding, specs)
+    count = {}
+    for _, _, f, mdims in props:
+        for m in mdims:
+            count[f, m] = count.get((f, m), 0) + 1 if votes else 0
     order = {f: k for k, f in enumerate(_factor_order(binding))}
     if notation.merge == "follow":
         merged = _merge_follow(props, specs, mesh)
@@ -103,7 +118,7 @@ def merge(notation: Notation, binding: Binding, specs: Sequence[DistSpec],
             continue
         if notation.merge == "follow":
             continue  # resolved while merging
-        win = min(fs, key=lambda f: (f in reduced, -binding.sizes[f], order[f]))
+        win = min(fs, key=lambda f: (f in reduced, -count.get((f, m), 0), -binding.sizes[f], order[f]))
         for f in fs:
             if f != win:
                 merged[f] = [x for x in merged[f] if x != m]
@@ -145,20 +160,59 @@ def layout(binding_facts, shape, merged, broadcast_dims=()) -> list[list[int]]:
             for d, f in enumerate(binding_facts)]
 
 
+def passing_partials(notation: Notation, specs: Sequence[DistSpec], used_mesh_dims,
+                     n_outputs: int) -> tuple[list[dict], list[dict]]:
+    """Law 6: ``(per input {mesh dim: op}, per output {mesh dim: op})`` of the Partial
+    placements the ``partial(...)`` clauses let through on the mesh dims outside ``used_mesh_dims``.
+
+    >>> from paddle_ext.spmd.notation import parse_notation
+    >>> n = parse_notation("..., ... -> ... | partial(sum): 0 1")
+    >>> passing_partials(n, [DistSpec((4,), (2,), "[P(sum)]"), DistSpec((4,), (2,), "[R]")], set(), 1)
+    ([{0: 'sum'}, {0: 'sum'}], [{0: 'sum'}])
+    """
+    ins: list[dict] = [{} for _ in specs]
+    outs: list[dict] = [{} for _ in range(n_outputs)]
+    if not notation.partial:
+        return ins, outs
+    for m in range(len(specs[0].mesh_shape) if specs else 0):
+        if m in used_mesh_dims:
+            continue
+        here = {i: s.placements[m].op for i, s in enumerate(specs) if isinstance(s.placements[m], Partial)}
+        if not here or len(set(here.values())) != 1:
+            continue
+        op = next(iter(here.values()))
+        best = None
+        for group, to in notation.partial_groups(op):
+            kept = set(here) & set(group)
+            if op == "sum" and any(not isinstance(specs[i].placements[m], (Partial, Replicate)) for i in group):
+                continue
+            if kept and (best is None or len(kept) > len(best[0])):
+                best = (kept, group if op == "sum" else tuple(sorted(kept)), to)
+        if best is None:
+            continue
+        for i in best[1]:
+            ins[i][m] = op
+        for k in (best[2] or range(n_outputs)):
+            outs[k][m] = op
+    return ins, outs
+
+
 def infer_einsum(notation, specs: Sequence[DistSpec], op: str = "einsum") -> RuleResult:
-    """Forward inference for an einsum-like rule (laws 1-5)."""
+    """Forward inference for an einsum-like rule (laws 1-6)."""
     n = as_notation(notation)
     mesh = check_same_mesh(op, specs)
     b = n.bind([s.shape for s in specs], op)
     merged = merge(n, b, specs, mesh)
+    used = {m for mdims in merged.values() for m in mdims}
+    in_partial, out_partial = passing_partials(n, specs, used, len(b.outputs))
     required = []
     for i, (facts, spec) in enumerate(zip(b.inputs, specs)):
         bdims = {d for (j, d) in b.broadcast if j == i}
-        required.append(spec_from_mapping(spec.shape, mesh, layout(facts, spec.shape, merged, bdims)))
+        required.append(spec_from_mapping(spec.shape, mesh, layout(facts, spec.shape, merged, bdims), in_partial[i]))
     reduced = n.reduction_ops()
     partial = {m: reduced[f] for f, mdims in merged.items() if f in reduced for m in mdims}
-    outputs = [spec_from_mapping(shape, mesh, layout(facts, shape, merged), partial)
-               for facts, shape in zip(b.outputs, b.output_shapes)]
+    outputs = [spec_from_mapping(shape, mesh, layout(facts, shape, merged), {**partial, **out_partial[k]})
+               for k, (facts, shape) in enumerate(zip(b.outputs, b.output_shapes))]
     return make_result(op, specs, required, outputs, str(n))
 
 
@@ -166,8 +220,9 @@ def infer_einsum_reverse(notation, specs: Sequence[DistSpec], out_specs: Sequenc
                          op: str = "einsum") -> RuleResult:
     """Backward (reverse) inference: input layouts from the output layouts alone.
 
-    Factors take the mesh dims of the outputs (merged as in forward); reduction factors, being
-    absent from the outputs, come back replicated. The outputs are returned as given.
+    Factors take the mesh dims of the outputs (merged as in forward, except that when two factors
+    claim one mesh dim the one more outputs ask for wins); reduction factors, being absent from
+    the outputs, come back replicated. The outputs are returned as given.
     """
     n = as_notation(notation)
     mesh = check_same_mesh(op, list(specs) + list(out_specs))
@@ -176,7 +231,7 @@ def infer_einsum_reverse(notation, specs: Sequence[DistSpec], out_specs: Sequenc
         raise ShardingRuleError(f"{op}: notation {n.text!r} has {len(b.outputs)} outputs but "
                                 f"{len(out_specs)} output specs were given; pass one per output")
     out_binding = Binding(b.outputs, (), b.sizes, frozenset())
-    merged = merge(n, out_binding, out_specs, mesh)
+    merged = merge(n, out_binding, out_specs, mesh, votes=True)
     required = []
     for i, (facts, spec) in enumerate(zip(b.inputs, specs)):
         bdims = {d for (j, d) in b.broadcast if j == i}
@@ -200,7 +255,7 @@ def infer_einsum_grad(notation, specs: Sequence[DistSpec], out_grads: Sequence[D
     b = n.bind([s.shape for s in specs], op)
     joint = Binding(b.inputs + b.outputs, (), b.sizes, b.broadcast)
     rep = frozenset(f for f, o in n.reduce if o in ("max", "min")) | n.replicate
-    jn = Notation(n.text, n.inputs + n.outputs, (), (), rep, n.even, n.merge)
+    jn = Notation(n.text, n.inputs + n.outputs, (), (), rep, n.even, n.merge)  # no partial clause: grads are R/S
     merged = merge(jn, joint, specs + out_grads, mesh)
     required, grads = [], []
     for i, (facts, spec) in enumerate(zip(joint.inputs, specs + out_grads)):
@@ -229,4 +284,4 @@ def explain(result: RuleResult) -> str:
 
 
 __all__ = ["check_same_mesh", "explain", "infer_einsum", "infer_einsum_grad", "infer_einsum_reverse",
-           "merge", "proposals"]
+           "merge", "passing_partials", "proposals"]

@@ -20,6 +20,17 @@ An empty right-hand side is one scalar output (``"k, k ->"``).
   input (Paddle's elementwise behaviour) instead of the default (output factors, then larger).
 * ``even: f`` -- ``f`` may be sharded only when its size divides evenly by the mesh dims
   (``avg`` reductions are always ``even``: a mean of local means is wrong on uneven shards).
+* ``partial(ops): 0, 1 2 -> 0`` -- which ``Partial`` inputs the op passes through. Each group
+  (comma separated) lists input indices, optionally ``-> output indices`` (default: every
+  output). On a mesh dim no factor uses, inputs that are ``Partial(op)`` with ``op`` listed stay
+  partial and the group's outputs are ``Partial(op)`` when the partial inputs lie within one
+  group: all of it for ``sum`` (a replicated member is made partial locally -- kept on
+  coordinate 0, zeros elsewhere), any part of it for ``avg``/``max``/``min`` (a replicated
+  tensor already is its own average, maximum and minimum). The author states the algebra:
+  ``partial(sum avg): 0, 1`` says the op is linear in each input alone (matmul),
+  ``partial(sum): 0 1`` jointly linear (add), ``partial(max min): 0`` that it commutes with an
+  elementwise max/min of input 0 (a copy, or a non-decreasing function). Outputs outside the
+  group do not depend on its inputs and stay replicated.
 
 >>> n = parse_notation("... m k, ... k n -> ... m n")
 >>> n.inputs[1].factors, n.outputs[0].factors, n.reduction_ops()
@@ -30,6 +41,8 @@ An empty right-hand side is one scalar output (``"k, k ->"``).
 'x y -> x | reduce(max): y'
 >>> parse_notation("m k, k n -> m n").bind([(4, 8), (8, 6)]).sizes
 {'m': 4, 'k': 8, 'n': 6}
+>>> str(parse_notation("m k, k n -> m n | partial(sum avg): 0, 1"))
+'m k, k n -> m n | partial(sum avg): 0, 1'
 
 A factor given two sizes, a rank that does not match, or an unbalanced arrow raises
 :class:`~paddle_ext.errors.ShardingRuleError` quoting the notation and the operand.
@@ -48,7 +61,8 @@ from ..placements import REDUCE_OPS
 ELLIPSIS = "..."
 ONE = "1"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_CLAUSE = re.compile(r"\s*(reduce\s*\(\s*(\w+)\s*\)|reduce|replicate|merge|even)\s*:(.*)\Z", re.S)
+_CLAUSE = re.compile(r"\s*(reduce\s*\(\s*(\w+)\s*\)|partial\s*\(([\w\s]*)\)|reduce|replicate|merge|even)\s*:(.*)\Z",
+                     re.S)
 MERGE_POLICIES = ("size", "follow")
 
 
@@ -106,6 +120,8 @@ class Notation:
     even: frozenset = frozenset()
     merge: str = "size"
     declared: frozenset = field(default=frozenset(), compare=False)
+    #: ``((ops, ((inputs, outputs), ...)), ...)``: the ``partial(...)`` clauses (``outputs`` () = all)
+    partial: tuple = ()
 
     # -- text ---------------------------------------------------------------------------------
     def __str__(self) -> str:
@@ -122,7 +138,14 @@ class Notation:
             clauses.append("even: " + " ".join(sorted(self.even)))
         if self.merge != "size":
             clauses.append(f"merge: {self.merge}")
+        for ops, groups in self.partial:
+            clauses.append(f"partial({' '.join(ops)}): " + ", ".join(
+                " ".join(map(str, ins)) + (" -> " + " ".join(map(str, outs)) if outs else "") for ins, outs in groups))
         return " | ".join([body] + clauses)
+
+    def partial_groups(self, op: str) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+        """The ``(inputs, outputs)`` groups through which a ``Partial(op)`` passes (outputs () = all)."""
+        return [g for ops, groups in self.partial if op in ops for g in groups]
 
     def _implicit_sum(self, factor: str, op: str) -> bool:
         return op == "sum" and factor not in self.declared
@@ -236,11 +259,16 @@ def _split_operands(text: str, part: str, single: bool, scalar_if_empty: bool = 
 
 
 @functools.lru_cache(maxsize=2048)
-def parse_notation(text: str, reduce: tuple = (), replicate: tuple = ()) -> Notation:
-    """Parse a notation string (plus optional ``reduce``/``replicate`` declarations).
+def parse_notation(text: str, reduce: tuple = (), replicate: tuple = (), partial: tuple = ()) -> Notation:
+    """Parse a notation string (plus optional ``reduce``/``replicate``/``partial`` declarations).
 
-    ``reduce`` is a tuple of ``(factor, op)`` pairs and ``replicate`` a tuple of factors; they
-    are merged with the ``|`` clauses of ``text``.
+    ``reduce`` is a tuple of ``(factor, op)`` pairs, ``replicate`` a tuple of factors and
+    ``partial`` a tuple of ``(ops, groups)`` texts (``("sum avg", "0, 1")`` is the clause
+    ``partial(sum avg): 0, 1``); they are merged with the ``|`` clauses of ``text``, which stays
+    the text errors quote.
+
+    >>> str(parse_notation("m k, k n -> m n", partial=(("sum avg", "0, 1"),)))
+    'm k, k n -> m n | partial(sum avg): 0, 1'
     """
     if not isinstance(text, str):
         raise ShardingRuleError(f"a rule notation is a str such as 'm k, k n -> m n', got {text!r}")
@@ -257,6 +285,7 @@ def parse_notation(text: str, reduce: tuple = (), replicate: tuple = ()) -> Nota
     rep: set[str] = set(replicate)
     even: set[str] = set()
     merge = "size"
+    passes = [_partial_clause(text, ops.split(), groups, len(ins), len(outs)) for ops, groups in partial]
     for f, op in reduce:
         red[f] = op
         declared.add(f)
@@ -264,10 +293,13 @@ def parse_notation(text: str, reduce: tuple = (), replicate: tuple = ()) -> Nota
         m = _CLAUSE.match(clause)
         if not m:
             raise _fail(text, f"clause '{clause.strip()}' is not understood",
-                        "write 'reduce(op): f', 'replicate: f', 'merge: follow' or 'even: f'")
-        names = m.group(3).split()
+                        "write 'reduce(op): f', 'replicate: f', 'merge: follow' or 'even: f' "
+                        "(or 'partial(op): 0, 1' for the partial inputs the op passes)")
+        names = m.group(4).split()
         kind = m.group(1)
-        if kind.startswith("reduce"):
+        if kind.startswith("partial"):
+            passes.append(_partial_clause(text, m.group(3).split(), m.group(4), len(ins), len(outs)))
+        elif kind.startswith("reduce"):
             op = m.group(2) or "sum"
             for f in names:
                 red[f] = op
@@ -307,7 +339,29 @@ def parse_notation(text: str, reduce: tuple = (), replicate: tuple = ()) -> Nota
             even.add(f)
     order = [f for o in ins for f in o.factors]
     reduce_t = tuple(sorted(red.items(), key=lambda kv: order.index(kv[0])))
-    return Notation(text, ins, outs, reduce_t, frozenset(rep), frozenset(even), merge, frozenset(declared))
+    return Notation(text, ins, outs, reduce_t, frozenset(rep), frozenset(even), merge, frozenset(declared),
+                    tuple(passes))
+
+
+def _partial_clause(text: str, ops: list[str], body: str, n_in: int, n_out: int) -> tuple:
+    """``(ops, ((inputs, outputs), ...))`` of one ``partial(ops): groups`` clause, checked."""
+    bad = [o for o in ops if o not in REDUCE_OPS]
+    if not ops or bad:
+        raise _fail(text, f"partial({' '.join(ops)}) names no reduce op or an unknown one ({', '.join(bad)})",
+                    f"list some of {', '.join(REDUCE_OPS)}, e.g. 'partial(sum avg): 0'")
+    groups = []
+    for raw in body.split(","):
+        ins_text, _, outs_text = raw.partition("->")
+        try:
+            ins, outs = tuple(int(v) for v in ins_text.split()), tuple(int(v) for v in outs_text.split())
+        except ValueError:
+            raise _fail(text, f"partial group '{raw.strip()}' is not input indices [-> output indices]",
+                        "write e.g. 'partial(sum): 0 1' or 'partial(avg): 1 -> 0'") from None
+        if not ins or any(not 0 <= i < n_in for i in ins) or any(not 0 <= k < n_out for k in outs):
+            raise _fail(text, f"partial group '{raw.strip()}' names no input or an index out of range "
+                        f"({n_in} inputs, {n_out} outputs)", "use 0-based operand indices of the notation")
+        groups.append((tuple(sorted(set(ins))), tuple(sorted(set(outs)))))
+    return tuple(ops), tuple(groups)
 
 
 def as_notation(value) -> Notation:

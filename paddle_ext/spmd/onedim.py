@@ -6,7 +6,9 @@ independently picks the row matching the inputs' placements on that mesh dim; wh
 matches, the row whose required input changes are cheapest (slices before gathers before
 all-reduces; the author's order breaks ties). Two mesh dims picking ``S(d)`` for one tensor dim
 co-shard it (the lower mesh dim is the outer split): a row valid for a tensor is valid for each
-of its blocks.
+of its blocks. A replicated input meets a row's ``P(avg|max|min)`` as it is when another input
+on that mesh dim holds that partial: a replicated tensor is its own average, maximum and minimum
+(``P(sum)`` is not: a replicated member is made partial locally, kept on coordinate 0).
 
 >>> from paddle_ext.placements import DistSpec
 >>> rows = [("S(0)", "S(0), S(0)"), ("S(1)", "S(1), S(1)"), ("P(sum)", "P(sum), P(sum)")]
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import ShardingRuleError
-from ..placements import DistSpec, Placement, Replicate, Shard, parse_placements
+from ..placements import DistSpec, Partial, Placement, Replicate, Shard, parse_placements
 from .einsum import check_same_mesh
 from .result import RuleResult, make_result, transition_cost
 
@@ -67,6 +69,12 @@ def _fits(p: Placement, spec: DistSpec) -> bool:
     return not isinstance(p, Shard) or p.dim < spec.ndim
 
 
+def _as_met(have: tuple, row_in: tuple) -> tuple:
+    """``row_in`` with each ``P(avg|max|min)`` a replicated input already meets (see the module doc)."""
+    return tuple(a if isinstance(b, Partial) and b.op != "sum" and isinstance(a, Replicate) and b in have else b
+                 for a, b in zip(have, row_in))
+
+
 def infer_onedim(rows, specs: Sequence[DistSpec], op: str = "rule", out_shapes=None) -> RuleResult:
     """Expand one-mesh-dim rows over the specs' mesh (see the module docstring)."""
     mesh = check_same_mesh(op, specs)
@@ -82,6 +90,7 @@ def infer_onedim(rows, specs: Sequence[DistSpec], op: str = "rule", out_shapes=N
         for row_out, row_in in rule.rows:
             if not all(_fits(p, s) for p, s in zip(row_in, specs)):
                 continue
+            row_in = _as_met(have, row_in)
             cost = sum(transition_cost(a, b) for a, b in zip(have, row_in))
             if best is None or cost < best_cost:
                 best, best_cost = (row_out, row_in), cost
@@ -99,17 +108,31 @@ def infer_onedim(rows, specs: Sequence[DistSpec], op: str = "rule", out_shapes=N
 
 def infer_onedim_reverse(rows, specs: Sequence[DistSpec], out_specs: Sequence[DistSpec],
                          op: str = "rule") -> RuleResult:
-    """Input layouts from output layouts: per mesh dim, the first row whose outputs match."""
+    """Input layouts from output layouts: per mesh dim, the row matching the most requested
+    outputs (when the outputs disagree, as split pieces may: a sharded row before the replicated
+    one, then the author's order).
+
+    >>> rows = [("S(0), S(0)", "S(0)"), ("S(1), S(1)", "S(1)")]
+    >>> x = DistSpec((4, 6), (2,), "[R]")
+    >>> outs = [DistSpec((4, 2), (2,), "[R]"), DistSpec((4, 4), (2,), "[S(0)]")]
+    >>> str(infer_onedim_reverse(rows, [x], outs, op="split"))
+    'split: [R] -> [S(0)] = [R],[S(0)]'
+    """
     mesh = check_same_mesh(op, list(specs) + list(out_specs))
     rule = normalize_rows(rows, len(specs), len(out_specs), op)
     req = [[Replicate()] * len(mesh) for _ in specs]
     for m in range(len(mesh)):
         have = tuple(s.placements[m] for s in out_specs)
-        for row_out, row_in in rule.rows:
-            if row_out == have and all(_fits(p, s) for p, s in zip(row_in, specs)):
-                for i, p in enumerate(row_in):
-                    req[i][m] = p
-                break
+        best, best_key = None, None
+        for k, (row_out, row_in) in enumerate(rule.rows):
+            hits = sum(a == b for a, b in zip(row_out, have))
+            if not hits or not all(_fits(p, s) for p, s in zip(row_in, specs)):
+                continue
+            key = (-hits, all(isinstance(p, Replicate) for p in row_out), k)
+            if best_key is None or key < best_key:
+                best, best_key = row_in, key
+        for i, p in enumerate(best or ()):
+            req[i][m] = p
     required = [DistSpec(s.shape, mesh, r) for s, r in zip(specs, req)]
     return make_result(op, specs, required, out_specs, "; ".join(_row_text(r) for r in rule.rows))
 
