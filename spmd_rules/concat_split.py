@@ -1,13 +1,14 @@
 """concat, stack, split, slice: written for one mesh dim (rows), expanded by the engine.
 
 On one mesh dim a row says: if every input is ``S(d)`` (``d`` not the concat/split/sliced
-axis) the outputs are ``S(d')``; these ops are linear, so ``P(sum)`` inputs give ``P(sum)``
-outputs. The engine adds the all-Replicate row and picks per mesh dim.
+axis) the outputs are ``S(d')``; these ops copy elements, so ``P(op)`` inputs give ``P(op)``
+outputs for every reduce op (a replicated input meets ``P(avg|max|min)`` as it is, see
+``paddle_ext.spmd.onedim``). The engine adds the all-Replicate row and picks per mesh dim.
 """
 from __future__ import annotations
 
 from paddle_ext.errors import ShardingRuleError
-from paddle_ext.placements import DistSpec, Partial, Shard
+from paddle_ext.placements import REDUCE_OPS, DistSpec, Partial, Shard
 from paddle_ext.spmd.registry import Rows, register_spmd_rule
 
 from ._names import axis_of
@@ -16,13 +17,13 @@ from ._names import axis_of
 def _rows(n_in: int, n_out: int, dim_pairs, linear: bool = True) -> tuple:
     rows = [((Shard(o),) * n_out, (Shard(i),) * n_in) for i, o in dim_pairs]
     if linear:
-        rows.append(((Partial("sum"),) * n_out, (Partial("sum"),) * n_in))
+        rows += [((Partial(op),) * n_out, (Partial(op),) * n_in) for op in REDUCE_OPS]
     return tuple(rows)
 
 
 @register_spmd_rule("concat")
 def concat(x: list[DistSpec], axis: int = 0):
-    """x0 .. xn -> out: S(d) rows for d != axis, P(sum) row (concat is linear)"""
+    """x0 .. xn -> out: S(d) rows for d != axis, P(op) rows (concat copies)"""
     nd = x[0].ndim
     a = axis_of(axis, nd, "concat")
     for k, s in enumerate(x):
@@ -40,7 +41,7 @@ def concat(x: list[DistSpec], axis: int = 0):
 
 @register_spmd_rule("stack")
 def stack(x: list[DistSpec], axis: int = 0):
-    """x0 .. xn -> out with a new dim at axis: S(d) -> S(d or d+1), P(sum) row"""
+    """x0 .. xn -> out with a new dim at axis: S(d) -> S(d or d+1), P(op) rows"""
     nd = x[0].ndim
     a = axis_of(axis, nd + 1, "stack")
     shape = list(x[0].shape)
@@ -61,7 +62,7 @@ def _split_rows(x: DistSpec, sizes, axis: int, op: str) -> Rows:
 
 @register_spmd_rule("split")
 def split(x: DistSpec, sections: list[int], axis: int = 0):
-    """x -> out0 .. outn split along axis: S(d) rows for d != axis, P(sum) row"""
+    """x -> out0 .. outn split along axis: S(d) rows for d != axis, P(op) rows"""
     a = axis_of(axis, x.ndim, "split")
     secs = list(sections)
     if secs.count(-1) == 1:
@@ -73,7 +74,7 @@ def split(x: DistSpec, sections: list[int], axis: int = 0):
 
 @register_spmd_rule("split_with_num")
 def split_with_num(x: DistSpec, num: int, axis: int = 0):
-    """x -> num equal pieces along axis: S(d) rows for d != axis, P(sum) row"""
+    """x -> num equal pieces along axis: S(d) rows for d != axis, P(op) rows"""
     a = axis_of(axis, x.ndim, "split_with_num")
     if num <= 0 or x.shape[a] % num:
         raise ShardingRuleError(f"split_with_num: dim {a} of size {x.shape[a]} does not split into {num} pieces")
@@ -92,7 +93,7 @@ def slice_shape(shape, axes, starts, ends, decrease_axis=()) -> tuple[int, ...]:
 @register_spmd_rule("slice")
 def slice_(input: DistSpec, axes: list[int], starts: list[int], ends: list[int],
            infer_flags: list[int] = (), decrease_axis: list[int] = ()):
-    """x -> x[sliced]: S(d) rows for d not sliced (index shifts past decreased axes), P(sum) row"""
+    """x -> x[sliced]: S(d) rows for d not sliced (index shifts past decreased axes), P(op) rows"""
     nd = input.ndim
     axes = [axis_of(a, nd, "slice") for a in axes]
     dec = {axis_of(a, nd, "slice") for a in decrease_axis}

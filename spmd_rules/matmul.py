@@ -1,8 +1,13 @@
-"""matmul and bmm: contraction over ``k`` gives ``Partial(sum)`` when ``k`` stays sharded."""
+"""matmul and bmm: contraction over ``k`` gives ``Partial(sum)`` when ``k`` stays sharded.
+
+A product is linear in each operand alone: a ``P(sum)``/``P(avg)`` operand whose partner is
+replicated on that mesh dim gives a partial product (``partial(sum avg): 0, 1``).
+"""
 from __future__ import annotations
 
 from paddle_ext.errors import ShardingRuleError
 from paddle_ext.placements import DistSpec
+from paddle_ext.spmd.notation import parse_notation
 from paddle_ext.spmd.registry import register_spmd_rule
 
 
@@ -26,13 +31,20 @@ def matmul_notation(x_ndim: int, y_ndim: int, trans_x: bool = False, trans_y: bo
     return f"{x}, {y} -> {out}"
 
 
+#: the clause ``partial(sum avg): 0, 1``, declared beside the notation text (errors quote the text)
+LINEAR_EACH = (("sum avg", "0, 1"),)
+
+
 @register_spmd_rule("matmul")
 def matmul(x: DistSpec, y: DistSpec, trans_x: bool = False, trans_y: bool = False):
-    """... m k, ... k n -> ... m n  (trans_x: ... k m; trans_y: ... n k)"""
-    return matmul_notation(x.ndim, y.ndim, trans_x, trans_y)
+    """... m k, ... k n -> ... m n  (trans_x: ... k m; trans_y: ... n k)
+
+    | partial(sum avg): 0, 1 -- a product is linear in each operand alone
+    """
+    return parse_notation(matmul_notation(x.ndim, y.ndim, trans_x, trans_y), partial=LINEAR_EACH)
 
 
 @register_spmd_rule("bmm")
 def bmm(x: DistSpec, y: DistSpec):
-    """b m k, b k n -> b m n"""
-    return "b m k, b k n -> b m n"
+    """b m k, b k n -> b m n | partial(sum avg): 0, 1"""
+    return parse_notation("b m k, b k n -> b m n", partial=LINEAR_EACH)

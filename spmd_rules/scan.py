@@ -12,9 +12,9 @@ from ._names import axis_of, dims
 @register_spmd_rule("cumsum")
 def cumsum(x: DistSpec, axis: int = -1, flatten: bool = False, exclusive: bool = False,
            reverse: bool = False):
-    """d0 d1 -> d0 d1 | replicate: d1   (axis=-1; flatten=True: replicate everything)"""
+    """d0 d1 -> d0 d1 | replicate: d1 | partial(sum avg): 0   (axis=-1; flatten=True: replicate everything)"""
     if flatten or x.ndim == 0:
-        return Rows((), ((math.prod(x.shape),),))
+        return Rows((("P(sum)", "P(sum)"), ("P(avg)", "P(avg)")), ((math.prod(x.shape),),))
     names = dims(x.ndim)
     a = axis_of(axis, x.ndim, "cumsum")
-    return f"{' '.join(names)} -> {' '.join(names)} | replicate: {names[a]}"
+    return f"{' '.join(names)} -> {' '.join(names)} | replicate: {names[a]} | partial(sum avg): 0"

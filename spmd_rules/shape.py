@@ -49,7 +49,7 @@ def tile(x: DistSpec, repeat_times: list[int]):
 
 @register_spmd_rule("transpose")
 def transpose(x: DistSpec, perm: list[int]):
-    """d0 d1 d2 -> d2 d0 d1   (perm=[2, 0, 1])"""
+    """d0 d1 d2 -> d2 d0 d1 | partial(sum avg max min): 0   (perm=[2, 0, 1]; a copy keeps any partial)"""
     names = dims(x.ndim)
     axes = [axis_of(p, x.ndim, "transpose") for p in perm]
     if sorted(axes) != list(range(x.ndim)):
@@ -57,4 +57,4 @@ def transpose(x: DistSpec, perm: list[int]):
             f"transpose: perm {list(perm)} is not a permutation of the {x.ndim} dims of a tensor of shape "
             f"{list(x.shape)}; give each of 0..{x.ndim - 1} exactly once, e.g. {list(range(x.ndim))[::-1]}")
     order = [names[a] for a in axes]
-    return f"{' '.join(names)} -> {' '.join(order)}"
+    return f"{' '.join(names)} -> {' '.join(order)} | partial(sum avg max min): 0"

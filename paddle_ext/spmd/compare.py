@@ -55,6 +55,7 @@ class Disagreement:
     paddle: str
     where: str      # "inputs" | "outputs" | "error"
     answer: tuple = field(default=(), compare=False)   # ours: (required inputs, outputs), for ground truth
+    paddle_answer: tuple = field(default=(), compare=False)   # Paddle's (required inputs, outputs), if it answered
 
     def __str__(self) -> str:
         return f"{self.instance}: ours {self.ours} vs Paddle {self.paddle} ({self.where})"
@@ -163,7 +164,8 @@ def compare(inst: Instance) -> Disagreement | None:
             return None
         return Disagreement(inst, ours_err or f"{_text(o_in)} = {_text(o_out)}",
                             paddle_err or f"{_text(p_in)} = {_text(p_out)}", "error",
-                            () if ours_err else (tuple(o_in), tuple(o_out)))
+                            () if ours_err else (tuple(o_in), tuple(o_out)),
+                            () if paddle_err else (tuple(p_in), tuple(p_out)))
     # Paddle drops the reduce type of partial inputs it keeps; compare mapping + partial dims
     where = None
     if [_key(s) for s in o_in] != [_key(s) for s in p_in]:
@@ -173,7 +175,7 @@ def compare(inst: Instance) -> Disagreement | None:
     if where is None:
         return None
     return Disagreement(inst, f"{_text(o_in)} = {_text(o_out)}", f"{_text(p_in)} = {_text(p_out)}", where,
-                        (tuple(o_in), tuple(o_out)))
+                        (tuple(o_in), tuple(o_out)), (tuple(p_in), tuple(p_out)))
 
 
 #: ops whose outputs Paddle's infer_backward takes as one list argument
@@ -230,8 +232,9 @@ CATEGORIES = {
               "the op is blockwise",
     "coshard": "an input dim is co-sharded (several mesh dims); Paddle keeps only one of them or "
                "co-shards differently; paddle-ext keeps/forms the co-shard",
-    "partial": "a P(sum) input: Paddle replicates it for most ops; paddle-ext keeps it through "
-               "linear ops (reshape-like, concat/split/stack/slice) and replicates it elsewhere",
+    "partial": "a P(sum) input: paddle-ext keeps it wherever the op's algebra allows (the rule's partial "
+               "clause: linear, copying or monotone ops); Paddle keeps it only through transpose and in "
+               "one operand of multiply, and replicates it elsewhere",
     "size-one": "a size-1 dim is sharded: paddle-ext treats broadcast dims as unsharded and keeps "
                 "non-broadcast ones; Paddle's matmul drops them on the inputs but not the output",
     "reduce-type": "max/min over a sharded dim: Paddle claims P(sum), paddle-ext P(max)/P(min)",
@@ -244,8 +247,8 @@ CATEGORIES = {
                  "the target tensor y (passed replicated), so Paddle replicates x",
     "outputs-differ": "infer_backward: the requested outputs of a multi-output op disagree on a mesh dim "
                       "(split pieces, layer_norm's out vs mean/var); Paddle merges them into one "
-                      "sharding, paddle-ext keeps only what the op can produce (split: every piece "
-                      "alike, else replicated)",
+                      "sharding, paddle-ext answers what the op can produce (split: the layout most "
+                      "pieces ask for; layer_norm: the batch-dim claim most outputs make)",
 }
 
 

@@ -17,6 +17,8 @@ cases (flattening one dim is that dim; a split into one piece is the input):
 (Flatten(dims=(InputDim(dim=0), InputDim(dim=1))), Split(dim=InputDim(dim=2), shape=(6, 8), index=0), Split(dim=InputDim(dim=2), shape=(6, 8), index=1))
 >>> view_groups((4, 1, 6), (4, 6))
 (InputDim(dim=0), InputDim(dim=2))
+>>> view_groups((5, 1), (5, 1, 1))     # a size-1 dim matched by a size-1 dim is that dim
+(InputDim(dim=0), InputDim(dim=1), Singleton())
 >>> resolve_shape((4, 6, 8), (0, -1))
 (4, 48)
 
@@ -26,7 +28,9 @@ Sharding laws of :func:`infer_dimtrans` (Paddle's, plus the uneven cases it gets
 2. ``InputDim(d)`` inherits input dim ``d``'s mesh dims.
 3. ``Flatten`` is sharded only through its **leftmost** input dim; the other flattened dims must
    be replicated. The leftmost dim must divide evenly by its mesh dims unless it is the only
-   non-trivial dim (a flatten of uneven row blocks is not a block of the flat tensor).
+   non-trivial dim (a flatten of uneven row blocks is not a block of the flat tensor). When the
+   leftmost dim is sharded, the mesh dims of the other flattened dims move onto it (a co-shard,
+   Paddle's behaviour; an all-to-all instead of an all-gather) while it still divides evenly.
 4. ``Split`` keeps the sharding only on its **leftmost** piece, and only when that piece's size
    divides by the mesh dims; the input dim is otherwise replicated.
 5. Every input mesh dim the output cannot carry becomes a required reshard to ``Replicate``;
@@ -137,6 +141,9 @@ def view_groups(src: Sequence[int], tgt: Sequence[int]) -> tuple:
         group = [i] if i < len(src) else []
         pieces = [t] if j < len(tgt) else []
         i, j = i + (i < len(src)), j + (j < len(tgt))
+        if s == 1 and t == 1 and group and pieces:
+            out.append(InputDim(group[0]))
+            continue
         if s == 1 and t != 1:
             j -= 1 if pieces else 0
             pieces = []
@@ -167,6 +174,8 @@ def flatten_map(shape: Sequence[int], start: int, stop: int) -> tuple:
     if start > stop:
         raise ShardingRuleError(f"flatten: start_axis {start} > stop_axis {stop} for rank {n}")
     dims = [InputDim(d) for d in range(n)]
+    if start == stop:       # flattening one dim is that dim, size 1 included
+        return tuple(dims)
     mid = Flatten.new([InputDim(d) for d in range(start, stop + 1) if shape[d] != 1])
     return tuple(dims[:start]) + (mid,) + tuple(dims[stop + 1:])
 
@@ -239,6 +248,18 @@ def _even_mdims(spec: DistSpec, ds: DimSpec, d: int, cond, mdims: list[int], mes
     return mdims
 
 
+def _onto_leftmost(spec: DistSpec, flat: Flatten, d: int, mdims: list[int], mesh) -> list[int]:
+    """Law 3's co-shard: the mesh dims of ``flat``'s other members join its sharded leftmost
+    dim ``d`` as inner splits while ``d`` divides evenly by all of them. Only a mesh dim after
+    ``d``'s own joins (a co-shard splits by ascending mesh dims, outer first): an earlier one would
+    re-nest ``d``'s existing blocks, a move no per-mesh-dim reshard states."""
+    for x in _flat_members(flat)[1:]:
+        for m in spec.shard_mesh_dims(x):
+            if m > max(mdims) and spec.shape[d] % math.prod(mesh[k] for k in mdims + [m]) == 0:
+                mdims = mdims + [m]
+    return mdims
+
+
 def _leftmost(spec: DimSpec):
     """(input dim, even-size requirement) a DimSpec may inherit sharding from, or None."""
     if isinstance(spec, InputDim):
@@ -294,6 +315,8 @@ def infer_dimtrans(spec: DistSpec, dim_map: Sequence[DimSpec], op: str = "reshap
         if src is not None:
             d, cond = src
             mdims = _even_mdims(spec, ds, d, cond, list(spec.shard_mesh_dims(d)), mesh)
+            if mdims and isinstance(ds, Flatten):
+                mdims = _onto_leftmost(spec, ds, d, mdims, mesh)
             keep[d] = mdims
         out_mapping.append(mdims)
     in_mapping = [keep.get(d, []) for d in range(spec.ndim)]

@@ -32,6 +32,19 @@ def shard_rows(dims_in_out, n_in: int = 1, index: int = 0) -> tuple:
     return tuple(rows)
 
 
+#: a copy (each output element one input element, or a constant 0) keeps any partial
+COPY_PARTIALS = "sum avg max min"
+
+
+def partial_rows(ops: str = COPY_PARTIALS, n_out: int = 1) -> tuple:
+    """One-mesh-dim rows of a one-input op passing ``P(op)`` for each op in ``ops``.
+
+    >>> partial_rows("sum avg")
+    (('P(sum)', 'P(sum)'), ('P(avg)', 'P(avg)'))
+    """
+    return tuple((", ".join([f"P({o})"] * n_out), f"P({o})") for o in ops.split())
+
+
 def names_text(names) -> str:
     return " ".join(names)
 

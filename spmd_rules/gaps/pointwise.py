@@ -7,6 +7,11 @@ Measured on 2 ranks: ``masked_fill``, ``isfinite``, ``tril``/``triu``, ``flip``,
 
 ``tril``/``triu`` keep *every* dim sharded: the local function shifts the diagonal by the
 block's row and column offsets (``diagonal + row_offset - col_offset``).
+
+Partial inputs pass where the op's algebra allows (the notations' ``partial(...)`` clauses):
+``tril``/``triu``/``flip``/``repeat_interleave`` copy elements or write zeros (any partial);
+``masked_fill`` picks from ``x`` or a constant (``avg``/``max``/``min``; ``sum`` when the
+constant is 0); ``lerp`` is linear in ``x`` and ``y`` together, affine in ``weight``.
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ import numpy as np
 from paddle_ext.placements import DistSpec
 from paddle_ext.spmd.registry import Rows, register_spmd_rule
 
-from ._common import axis_of, dims, gap_case, inputs_of, names_text, shard_rows, world
+from ._common import COPY_PARTIALS, axis_of, dims, gap_case, inputs_of, names_text, partial_rows, shard_rows, world
 
 FOLLOW = "..., ... -> ... | merge: follow"
 
@@ -26,8 +31,9 @@ FOLLOW = "..., ... -> ... | merge: follow"
     "masked_fill", lambda a: (lambda x, m: np.where(m > 0.5, a.get("value", 0.0), x)),
     [([(4, 6), (4, 6)], {"value": 0.5}), ([(5, 7), (7,)], {"value": -1.0})], inputs_of(["f", "m"])))
 def masked_fill(x: DistSpec, mask: DistSpec, value: object = 0.0):
-    """..., ... -> ... | merge: follow"""
-    return FOLLOW
+    """..., ... -> ... | merge: follow | partial(avg max min): 0   (value == 0: sum too)"""
+    zero = isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0
+    return f"{FOLLOW} | partial({'sum ' if zero else ''}avg max min): 0"
 
 
 @register_spmd_rule("isfinite", case=gap_case("isfinite", lambda a: np.isfinite, [([(5, 7)], {})]))
@@ -64,15 +70,15 @@ def isinf(x: DistSpec):
 @register_spmd_rule("lerp", case=gap_case("lerp", lambda a: (lambda x, y, w: x + w * (y - x)),
                                          [([(4, 6), (4, 6), (4, 6)], {}), ([(5, 7), (5, 7), (7,)], {})]))
 def lerp(x: DistSpec, y: DistSpec, weight: DistSpec | None = None):
-    """..., ..., ... -> ... | merge: follow   (weight a tensor; a float weight: ..., ... -> ...)"""
+    """..., ..., ... -> ... | merge: follow | partial(sum): 0 1 | partial(avg): 0 1, 2   (no weight: 2 inputs)"""
     if weight is None:
-        return FOLLOW
-    return "..., ..., ... -> ... | merge: follow"
+        return f"{FOLLOW} | partial(sum avg): 0 1"
+    return "..., ..., ... -> ... | merge: follow | partial(sum): 0 1 | partial(avg): 0 1, 2"
 
 
 def _triangular(x: DistSpec) -> str:
     names = dims(x.ndim)
-    return f"{names_text(names)} -> {names_text(names)}"
+    return f"{names_text(names)} -> {names_text(names)} | partial({COPY_PARTIALS}): 0"
 
 
 def _triangular_dense(fn):
@@ -91,7 +97,7 @@ def _triangular_dense(fn):
                                          [([(5, 7)], {"diagonal": 1}), ([(2, 4, 5)], {"diagonal": -1})],
                                          needs_ctx=True))
 def tril(x: DistSpec, diagonal: int = 0):
-    """d0 d1 -> d0 d1   (local diagonal = diagonal + row offset - column offset)"""
+    """d0 d1 -> d0 d1 | partial(sum avg max min): 0   (local diagonal = diagonal + row offset - column offset)"""
     return _triangular(x)
 
 
@@ -99,18 +105,18 @@ def tril(x: DistSpec, diagonal: int = 0):
                                          [([(6, 5)], {"diagonal": 0}), ([(5, 7)], {"diagonal": 2})],
                                          needs_ctx=True))
 def triu(x: DistSpec, diagonal: int = 0):
-    """d0 d1 -> d0 d1   (local diagonal = diagonal + row offset - column offset)"""
+    """d0 d1 -> d0 d1 | partial(sum avg max min): 0   (local diagonal = diagonal + row offset - column offset)"""
     return _triangular(x)
 
 
 @register_spmd_rule("flip", case=gap_case("flip", lambda a: (lambda x: np.flip(x, tuple(a["axis"]))),
                                          [([(5, 6)], {"axis": [1]}), ([(4, 5, 3)], {"axis": [0, 2]})]))
 def flip(x: DistSpec, axis: list[int] = ()):
-    """d0 d1 -> d0 d1 | replicate: d1   (axis=[1]: flipped dims stay whole)"""
+    """d0 d1 -> d0 d1 | replicate: d1 | partial(sum avg max min): 0   (axis=[1]: flipped dims stay whole)"""
     names = dims(x.ndim)
     rep = [names[axis_of(a, x.ndim, "flip")] for a in axis] if x.ndim else []
     body = names_text(names)
-    return f"{body} -> {body}" + (f" | replicate: {names_text(rep)}" if rep else "")
+    return f"{body} -> {body}" + (f" | replicate: {names_text(rep)}" if rep else "") + f" | partial({COPY_PARTIALS}): 0"
 
 
 def _scan(x: DistSpec, axis, op: str):
@@ -159,11 +165,11 @@ def _repeat_interleave_dense(a):
     "repeat_interleave", _repeat_interleave_dense,
     [([(4, 5)], {"repeats": 2, "axis": 0}), ([(5, 3)], {"repeats": 3, "axis": 1}), ([(5, 3)], {"repeats": 2, "axis": 0})]))
 def repeat_interleave(x: DistSpec, repeats: int = 1, axis: object = None):
-    """S(d) -> S(d) rows for every dim; the repeated dim only when it splits evenly over the mesh"""
+    """S(d) -> S(d) rows for every dim; the repeated dim only when it splits evenly over the mesh; P(op) rows"""
     if axis is None:
-        return Rows((), ((math.prod(x.shape) * repeats,),))
+        return Rows(partial_rows(), ((math.prod(x.shape) * repeats,),))
     a = axis_of(int(axis), x.ndim, "repeat_interleave")
     shape = list(x.shape)
     shape[a] *= repeats
     pairs = [(d, d) for d in range(x.ndim) if d != a or x.shape[d] % world(x) == 0]
-    return Rows(shard_rows(pairs), (tuple(shape),))
+    return Rows(shard_rows(pairs) + partial_rows(), (tuple(shape),))

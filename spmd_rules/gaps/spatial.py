@@ -2,7 +2,11 @@
 
 Paddle 3.3.1 has no rule for ``pool2d``, ``interpolate`` or ``pad3d`` (4-D ``F.pad``) and
 all-gathers them (measured). Their batch and channel dims are independent, so those keep their
-sharding; the spatial dims, which the windows span, stay whole.
+sharding; the spatial dims, which the windows span, stay whole -- except a pooled dim whose
+windows tile it without padding or overlap (``kernel == stride``) and whose even shards hold whole
+windows (size divisible by ``mesh size * stride``): every shard pools its own windows. Averaging and resampling are
+linear (``P(sum)``/``P(avg)`` pass), a max of maxima is the maximum (``P(max)``), nearest
+resampling and padding copy elements or write zeros (any partial).
 """
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from paddle_ext.errors import ShardingRuleError
 from paddle_ext.placements import DistSpec
 from paddle_ext.spmd.registry import Rows, register_spmd_rule
 
-from ._common import gap_case, shard_rows
+from ._common import COPY_PARTIALS, gap_case, partial_rows, shard_rows, world
 
 
 def _layout(x: DistSpec, data_format: str, op: str) -> tuple[list[int], list[int]]:
@@ -37,16 +41,20 @@ def pool_out_size(n: int, k: int, s: int, pad_lo: int, pad_hi: int, ceil_mode: b
     return (-(-span // s) if ceil_mode else span // s) + 1
 
 
-def _pool(x: DistSpec, kernel_size, stride, padding, ceil_mode, data_format, op):
+def _pool(x: DistSpec, kernel_size, stride, padding, ceil_mode, data_format, op, partials: str):
     keep, spatial = _layout(x, data_format, op)
     nd = len(spatial)
     if not (len(kernel_size) == len(stride) == nd and len(padding) == 2 * nd):
         raise ShardingRuleError(f"{op}: give kernel_size and stride with {nd} values and padding with {2 * nd} "
                                 f"(low, high per spatial dim); got {kernel_size}, {stride}, {padding}")
     shape = list(x.shape)
+    tiled = []
     for j, d in enumerate(spatial):
         shape[d] = pool_out_size(x.shape[d], kernel_size[j], stride[j], padding[2 * j], padding[2 * j + 1], ceil_mode)
-    return Rows(shard_rows([(d, d) for d in keep]), (tuple(shape),))
+        if (kernel_size[j] == stride[j] and padding[2 * j] == padding[2 * j + 1] == 0
+                and x.shape[d] % (world(x) * stride[j]) == 0):
+            tiled.append(d)
+    return Rows(shard_rows([(d, d) for d in keep + tiled]) + partial_rows(partials), (tuple(shape),))
 
 
 # -- ground truth: the numpy ops ---------------------------------------------------------------------
@@ -136,63 +144,63 @@ _P2b = {"kernel_size": [3, 3], "stride": [2, 2], "padding": [1, 1, 1, 1]}
                                                [([(4, 3, 6, 6)], _P2), ([(3, 2, 5, 5)], dict(_P2b, ceil_mode=True))]))
 def max_pool2d(x: DistSpec, kernel_size: list[int], stride: list[int], padding: list[int],
                ceil_mode: bool = False, data_format: str = "NCHW"):
-    """N C H W -> N C H' W': S(N), S(C) rows; H and W stay whole"""
-    return _pool(x, kernel_size, stride, padding, ceil_mode, data_format, "max_pool2d")
+    """N C H W -> N C H' W': S(N), S(C), P(max) rows; H and W stay whole unless the windows tile them"""
+    return _pool(x, kernel_size, stride, padding, ceil_mode, data_format, "max_pool2d", "max")
 
 
 @register_spmd_rule("avg_pool2d", case=gap_case("avg_pool2d", _pool_dense("avg"),
                                                [([(4, 3, 6, 6)], _P2), ([(3, 2, 5, 5)], _P2b)]))
 def avg_pool2d(x: DistSpec, kernel_size: list[int], stride: list[int], padding: list[int],
                ceil_mode: bool = False, data_format: str = "NCHW"):
-    """N C H W -> N C H' W': S(N), S(C) rows; H and W stay whole"""
-    return _pool(x, kernel_size, stride, padding, ceil_mode, data_format, "avg_pool2d")
+    """N C H W -> N C H' W': S(N), S(C), P(sum), P(avg) rows; H and W stay whole unless the windows tile them"""
+    return _pool(x, kernel_size, stride, padding, ceil_mode, data_format, "avg_pool2d", "sum avg")
 
 
 @register_spmd_rule("max_pool1d", case=gap_case(
     "max_pool1d", _pool_dense("max"), [([(4, 3, 8)], {"kernel_size": [2], "stride": [2], "padding": [0, 0]})]))
 def max_pool1d(x: DistSpec, kernel_size: list[int], stride: list[int], padding: list[int],
                ceil_mode: bool = False, data_format: str = "NCL"):
-    """N C L -> N C L': S(N), S(C) rows; L stays whole"""
-    return _pool(x, kernel_size, stride, padding, ceil_mode, data_format, "max_pool1d")
+    """N C L -> N C L': S(N), S(C), P(max) rows; L stays whole unless the windows tile it"""
+    return _pool(x, kernel_size, stride, padding, ceil_mode, data_format, "max_pool1d", "max")
 
 
 @register_spmd_rule("avg_pool1d", case=gap_case(
     "avg_pool1d", _pool_dense("avg"), [([(3, 4, 7)], {"kernel_size": [3], "stride": [1], "padding": [1, 1]})]))
 def avg_pool1d(x: DistSpec, kernel_size: list[int], stride: list[int], padding: list[int],
                ceil_mode: bool = False, data_format: str = "NCL"):
-    """N C L -> N C L': S(N), S(C) rows; L stays whole"""
-    return _pool(x, kernel_size, stride, padding, ceil_mode, data_format, "avg_pool1d")
+    """N C L -> N C L': S(N), S(C), P(sum), P(avg) rows; L stays whole unless the windows tile it"""
+    return _pool(x, kernel_size, stride, padding, ceil_mode, data_format, "avg_pool1d", "sum avg")
 
 
-def _resize(x: DistSpec, out_size, data_format: str, op: str):
+def _resize(x: DistSpec, out_size, data_format: str, op: str, partials: str):
     keep, spatial = _layout(x, data_format, op)
     if len(out_size) != len(spatial):
         raise ShardingRuleError(f"{op}: out_size {list(out_size)} needs {len(spatial)} values for {data_format}")
     shape = list(x.shape)
     for d, s in zip(spatial, out_size):
         shape[d] = int(s)
-    return Rows(shard_rows([(d, d) for d in keep]), (tuple(shape),))
+    return Rows(shard_rows([(d, d) for d in keep]) + partial_rows(partials), (tuple(shape),))
 
 
 @register_spmd_rule("adaptive_avg_pool2d", case=gap_case(
     "adaptive_avg_pool2d", _adaptive_dense, [([(4, 2, 7, 7)], {"output_size": [3, 3]})]))
 def adaptive_avg_pool2d(x: DistSpec, output_size: list[int], data_format: str = "NCHW"):
-    """N C H W -> N C h w: S(N), S(C) rows"""
-    return _resize(x, output_size, data_format, "adaptive_avg_pool2d")
+    """N C H W -> N C h w: S(N), S(C), P(sum), P(avg) rows"""
+    return _resize(x, output_size, data_format, "adaptive_avg_pool2d", "sum avg")
 
 
 @register_spmd_rule("interpolate", case=gap_case(
     "interpolate", _nearest_dense, [([(4, 2, 3, 3)], {"out_size": [6, 6], "mode": "nearest"})]))
 def interpolate(x: DistSpec, out_size: list[int], mode: str = "nearest", data_format: str = "NCHW"):
-    """N C H W -> N C H' W': S(N), S(C) rows (any mode: each image and channel is resized alone)"""
-    return _resize(x, out_size, data_format, "interpolate")
+    """N C H W -> N C H' W': S(N), S(C) rows (any mode: each image and channel is resized alone); P(op) rows"""
+    return _resize(x, out_size, data_format, "interpolate", COPY_PARTIALS if mode == "nearest" else "sum avg")
 
 
 @register_spmd_rule("pad_nd", case=gap_case("pad_nd", _pad_dense,
                                            [([(4, 3, 5, 5)], {"pad": [1, 2, 0, 1], "mode": "reflect"}),
                                             ([(3, 4, 4, 4)], {"pad": [1, 1, 1, 1], "mode": "constant"})]))
 def pad_nd(x: DistSpec, pad: list[int], mode: str = "constant", data_format: str = "NCHW"):
-    """N C H W -> N C H+t+b W+l+r: S(N), S(C) rows   (pad = [left, right, top, bottom, ...], last dim first)"""
+    """N C H W -> N C H+t+b W+l+r: S(N), S(C), P(op) rows   (pad = [left, right, top, bottom, ...], last dim first)"""
     keep, spatial = _layout(x, data_format, "pad_nd")
     if len(pad) != 2 * len(spatial):
         raise ShardingRuleError(f"pad_nd: pad {list(pad)} needs {2 * len(spatial)} values for {data_format}")
@@ -201,4 +209,4 @@ def pad_nd(x: DistSpec, pad: list[int], mode: str = "constant", data_format: str
         shape[d] += pad[2 * j] + pad[2 * j + 1]
     if math.prod(shape) and min(shape) < 0:
         raise ShardingRuleError(f"pad_nd: pad {list(pad)} gives a negative size {shape}")
-    return Rows(shard_rows([(d, d) for d in keep]), (tuple(shape),))
+    return Rows(shard_rows([(d, d) for d in keep]) + partial_rows(), (tuple(shape),))

@@ -119,5 +119,7 @@ def _mean_as_sum_dense(a):
                                                 [([(5, 7)], {"axis": None}), ([(5, 7)], {"axis": (0,)}),
                                                  ([(4, 6)], {"axis": (1,), "keepdim": True})], needs_ctx=True))
 def mean_as_sum(x: DistSpec, axis: object = None, keepdim: bool = False):
-    """d0 d1 -> d0 | reduce(sum): d1   (local sum / global count: exact P(sum) for uneven shards)"""
-    return reduced_notation(x, axis, keepdim, "mean_as_sum", 1, "reduce(sum)")
+    """d0 d1 -> d0 | reduce(sum): d1 | partial(sum avg): 0
+
+    (local sum / global count: exact P(sum) for uneven shards)"""
+    return reduced_notation(x, axis, keepdim, "mean_as_sum", 1, "reduce(sum)") + " | partial(sum avg): 0"

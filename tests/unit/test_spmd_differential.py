@@ -37,7 +37,8 @@ def test_spmd_differential_vs_paddle(op):
     assert count == n
     _check_excused(ds)
     if op in ("layer_norm", "reshape", "flatten", "cumsum"):
-        assert len(ds) < 0.1 * n  # these agree almost everywhere
+        # these agree almost everywhere, but where a partial input passes (Paddle all-reduces it)
+        assert len([d for d in ds if classify(d) != "partial"]) < 0.1 * n
 
 
 @pytest.mark.parametrize("op", BACKWARD_OPS)

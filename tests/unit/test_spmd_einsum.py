@@ -70,10 +70,13 @@ def test_spmd_rule_units(op, specs, attrs, want_in, want_out):
 
 
 def test_spmd_reshard_is_explicit_and_named():
-    res = infer_forward("matmul", [D((4, 8), "[P(sum)]"), D((8, 6), "[R]")])
+    res = infer_forward("softmax", [D((4, 8), "[P(sum)]")], {"axis": -1})   # softmax is not linear
     (r,) = res.reshards
     assert (r.index, str(r)) == (0, "in0: [P(sum)] -> [R] (all-reduce(sum)@0)")
-    assert str(res) == "matmul: [P(sum)],[R] -> [R],[R] = [R]"
+    assert str(res) == "softmax: [P(sum)] -> [R] = [R]"
+    res = infer_forward("matmul", [D((4, 8), "[P(sum)]"), D((8, 6), "[P(sum)]")])  # linear in one operand
+    assert [str(r) for r in res.reshards] == ["in1: [P(sum)] -> [R] (all-reduce(sum)@0)"]
+    assert str(res) == "matmul: [P(sum)],[P(sum)] -> [P(sum)],[R] = [P(sum)]"
 
 
 def test_spmd_reverse_and_grad_from_same_notation():

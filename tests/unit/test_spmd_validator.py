@@ -69,6 +69,6 @@ def test_spmd_cli_explain_and_list(capsys):
     assert "reshard in1: [R] -> [S(0)]   collective: slice@0" in out
     assert main(["rules", "explain", "reshape", "--shape", "4x6x8", "--placements", "[S(0),S(1)]",
                  "--mesh", "2x2", "--attr", "shape=[24,8]"]) == 0
-    assert "collective: all-gather@1" in capsys.readouterr().out
+    assert "collective: all-to-all@1" in capsys.readouterr().out   # S(1) joins the leftmost dim of (d0 d1)
     assert main(["rules", "list"]) == 0
     assert "matmul" in capsys.readouterr().out
