@@ -17,13 +17,14 @@ from typing import Optional, Sequence
 from paddle_ext.errors import ScheduleError
 from ..schedule_ir import Schedule
 from . import get_schedule_info
-from .v_memory import v_memory_schedule
+from .v_memory import v_half, v_memory_schedule, v_min, v_zb
 from .zb_auto import DEFAULT_COSTS, zb_auto
 
 __all__ = ["generate_searched", "SEARCHED", "V_MEMORY"]
 
 SEARCHED = ("ZBAuto",)
 V_MEMORY = ("VMin", "VHalf", "VZB")
+V_GENERATORS = {"VMin": v_min, "VHalf": v_half, "VZB": v_zb}
 
 
 def generate_searched(name: str, n_ranks: int, n_microbatches: int, n_chunks: Optional[int] = None, *,
@@ -36,11 +37,13 @@ def generate_searched(name: str, n_ranks: int, n_microbatches: int, n_chunks: Op
     if info.name in SEARCHED:
         return zb_auto(n_ranks, n_microbatches, chunks, costs=tuple(costs), memory_limit=memory_limit,
                        latency=latency)
+    if info.name in V_MEMORY:   # built for the given costs (the greedy part is timed at them)
+        if memory_limit is None:
+            return V_GENERATORS[info.name](n_ranks, n_microbatches, chunks, costs=tuple(costs))
+        info.sizes.check(info.name, n_ranks, n_microbatches, chunks)
+        return v_memory_schedule(n_ranks, n_microbatches, memory_limit, info.name, costs=tuple(costs))
     if memory_limit is None:
         return info.generate(n_ranks, n_microbatches, chunks)
-    if info.name in V_MEMORY:
-        info.sizes.check(info.name, n_ranks, n_microbatches, chunks)
-        return v_memory_schedule(n_ranks, n_microbatches, memory_limit, info.name)
     raise ScheduleError(f"--memory-limit applies to ZBAuto (microbatches per rank) and to {', '.join(V_MEMORY)} "
                         f"(stage activations per rank); {info.name} has a fixed memory: drop --memory-limit or use "
                         "ZBAuto")
