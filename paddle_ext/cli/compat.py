@@ -208,7 +208,7 @@ def register(subparsers) -> None:
     parser.add_argument("--models", action="store_true",
                         help="PaddleNLP's auto-parallel GPT, Qwen, DeepSeek-V2 on 1, 2, 4 CPU ranks "
                              '(needs pip install -e ".[cpu,test,models]")')
-    parser.add_argument("--model", default=None, help="comma-separated subset of gpt,qwen,deepseek_v2")
+    parser.add_argument("--model", default=None, help="comma-separated subset of gpt,qwen,deepseek_v2,llama")
     parser.add_argument("--plans", default=None, help="comma-separated subset of the plans (default all)")
     parser.add_argument("--modes", default=None, help="comma-separated subset of alone,install,enable,enable-outside-static "
                              "(the last: install(static_engine=True, pipeline_by_annotation=True)+enable())")

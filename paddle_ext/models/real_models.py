@@ -47,8 +47,8 @@ PLANS = {
     "pp2mp2": (4, 2, 1, 2, False, 0),
     "pp2dp2": (4, 2, 2, 1, False, 0),
 }
-MODELS = ("gpt", "qwen", "deepseek_v2")
-AUTO_REFERENCE = ("qwen", "deepseek_v2")  # dense reference: the auto class on one process
+MODELS = ("gpt", "qwen", "deepseek_v2", "llama")
+AUTO_REFERENCE = ("qwen", "deepseek_v2", "llama")  # dense reference: the auto class on one process
 MODES = ("alone", "install", "enable")
 # install(pipeline_by_annotation=True): the opt-in fix that lets pipeline-by-annotation ranks run the
 # stages they are not in (docs/compatibility.md, "Ranks outside a mesh"); not a matrix column
@@ -104,6 +104,11 @@ def config(model: str, mp: int = 1, sp: bool = False):
                                qk_rope_head_dim=8, v_head_dim=16, topk_method="noaux_tc", n_group=1, topk_group=1,
                                seq_aux=False, aux_loss_alpha=0.0, moe_group="dp", attention_dropout=0.0, rope_scaling=None,
                                **common)
+    elif model == "llama":
+        from paddlenlp.transformers import LlamaConfig
+
+        cfg = LlamaConfig(intermediate_size=128, num_key_value_heads=4, use_fused_rms_norm=False,
+                          use_fused_rope=False, fuse_attention_qkv=False, fuse_attention_ffn=False, **common)
     else:
         raise ValueError(f"unknown model {model!r}; known: {MODELS}")
     cfg.tensor_parallel_output = False
@@ -134,6 +139,10 @@ def classes(model: str, auto: bool):
         from paddlenlp.transformers.deepseek_v2.modeling_auto import DeepseekV2ForCausalLMAuto
 
         return DeepseekV2ForCausalLMAuto, None
+    if model == "llama":   # its reference is the auto class on one process, like Qwen's
+        from paddlenlp.transformers.llama import modeling_auto as llama
+
+        return llama.LlamaForCausalLM3DAuto, llama.LlamaPretrainingCriterion3DAuto
     raise ValueError(f"unknown model {model!r}; known: {MODELS}")
 
 

@@ -144,6 +144,13 @@ def test_gpt_pipeline_by_annotation_with_ranks_outside_mesh_matches_dense(dense,
     assert res[0]["losses"] is None and res[1]["losses"] is not None
 
 
+def test_llama_pipeline_by_annotation_with_the_switch_matches_dense(dense, tmp_path):
+    # a second auto model with pipeline by annotation (PaddleNLP's Llama): the same switch runs it
+    res = _train("llama", "pp2", rm.OUTSIDE_MODE, "dygraph", tmp_path)
+    _assert_matches(dense("llama"), res, 2)
+    assert res[0]["losses"] is None and res[1]["losses"] is not None
+
+
 def test_gpt_pipeline_by_annotation_without_the_switch_hints_on_every_rank(tmp_path):
     # plain install(): each rank still dies in the first op of a stage it is not in (as with Paddle
     # alone), but first prints one line naming the switch that runs it
