@@ -72,9 +72,11 @@ class Timing(NamedTuple):
     spans: Tuple[Tuple[float, float], ...]
 
 
-def evaluate(pb: Problem, order: Order) -> Optional[Timing]:
+def evaluate(pb: Problem, order: Order, record: Optional[dict] = None) -> Optional[Timing]:
     """Time ``order`` as the simulator does (every action as early as its rank and inputs allow);
-    ``None`` if it deadlocks or leaves an action before the one it needs on the same rank."""
+    ``None`` if it deadlocks or leaves an action before the one it needs on the same rank.
+    ``record``, if given, receives ``(stage, microbatch) -> (start, ready)`` of every ``I``: it
+    started later than ``ready`` (its inputs' arrival) when its rank was busy."""
     last, m, lat, ranks = pb.n_stages - 1, pb.n_microbatches, pb.latency, pb.stage_ranks
     dur = {"F": pb.forward, "I": pb.backward_input, "W": pb.backward_weight}
     end_f = [[None] * m for _ in range(pb.n_stages)]
@@ -111,6 +113,8 @@ def evaluate(pb: Problem, order: Order) -> Optional[Timing]:
                     if ready is None:
                         break
                 start = t if t >= ready else ready
+                if record is not None and kind == "I":
+                    record[(s, j)] = (start, ready)
                 t = start + dur[kind]
                 if first[r] is None:
                     first[r] = start

@@ -25,11 +25,11 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import Iterable, List, Optional, Tuple
+from typing import Callable, Iterable, List, Optional, Tuple
 
 from .zb_auto_model import Order, Problem, Timing, evaluate, peak_memory
 
-__all__ = ["Policy", "greedy_order", "default_policies", "heuristic_orders", "improve", "score"]
+__all__ = ["Policy", "greedy_order", "default_policies", "heuristic_orders", "improve", "score", "span_score"]
 
 _INF = float("inf")
 
@@ -63,6 +63,11 @@ def default_policies(n_chunks: int = 1) -> Tuple[Policy, ...]:
 def score(timing: Timing) -> Tuple[float, float]:
     """What the search minimises: the makespan, then the longest rank span (steady-state bubble)."""
     return (round(timing.makespan, 9), round(timing.max_span, 9))
+
+
+def span_score(timing: Timing) -> Tuple[float, float]:
+    """The other order (ZBAuto's ``objective="span"``): the longest rank span, then the makespan."""
+    return (round(timing.max_span, 9), round(timing.makespan, 9))
 
 
 def greedy_order(pb: Problem, policy: Policy) -> Optional[Order]:
@@ -208,12 +213,14 @@ def _depends(a, b) -> bool:
     return a[1] == b[1] and (a[2] == b[2] or a[0] == b[0])
 
 
-def improve(pb: Problem, order: Order, max_evaluations: int = 1000) -> Tuple[Tuple[float, float], Order]:
+def improve(pb: Problem, order: Order, max_evaluations: int = 1000,
+            key: Callable[[Timing], Tuple[float, ...]] = score) -> Tuple[Tuple[float, ...], Order]:
     """Local search from ``order``: swap two neighbouring actions of a rank (unless one needs the
-    other) and keep the swap when the score drops and memory still fits; until no swap helps or
-    ``max_evaluations`` orders have been timed (a count, so every rank gets the same result)."""
+    other) and keep the swap when ``key`` (default :func:`score`, makespan first) drops and memory
+    still fits; until no swap helps or ``max_evaluations`` orders have been timed (a count, so
+    every rank gets the same result)."""
     timing = evaluate(pb, order)
-    best = score(timing)
+    best = key(timing)
     order = [list(acts) for acts in order]
     left = max_evaluations
     improved = True
@@ -231,8 +238,8 @@ def improve(pb: Problem, order: Order, max_evaluations: int = 1000) -> Tuple[Tup
                 if max(peak_memory(pb, [acts])) <= pb.memory_limit:
                     left -= 1
                     t = evaluate(pb, order)
-                    if t is not None and score(t) < best:
-                        best, improved = score(t), True
+                    if t is not None and key(t) < best:
+                        best, improved = key(t), True
                         continue
                 acts[i - 1], acts[i] = a, b
     return best, order
