@@ -10,7 +10,7 @@ in docs/dispatch.md.
 
 ``--key python`` times the dispatcher with its Python cache key instead of the compiled one
 (``paddle_ext.compat.fast_key``, the default when it builds here).
-    /work/venv/bin/python tools/bench_dispatch.py [--calls 300] [--key compiled|python] [--write]
+    python tools/bench_dispatch.py [--calls 300] [--key compiled|python] [--write]
 """
 from __future__ import annotations
 

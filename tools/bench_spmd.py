@@ -1,6 +1,6 @@
 """Forward-inference time: paddle-ext's engine (uncached and cached) vs Paddle's C++ rule from Python.
 
-    /work/venv/bin/python tools/bench_spmd.py [--n 20000]
+    python tools/bench_spmd.py [--n 20000]
 
 Prints one markdown table (best of 7 runs of n calls each, microseconds per call):
 
