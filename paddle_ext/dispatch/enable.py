@@ -25,6 +25,7 @@ from typing import Iterable
 from ..compat.dispatch import Patcher, ignore_in_dy2static
 from ..compat.version import require_paddle
 from ..errors import ShardingRuleError
+from ..spmd.registry import load_builtin_rules
 from .paddle_ops import BY_NAME, OPS, make_wrapper
 
 _PATCHER = Patcher()
@@ -57,7 +58,7 @@ def enable(ops: Iterable[str] | None = None) -> list[str]:
     Returns the names enabled by this call. Unknown names raise with the list of known ones.
     """
     require_paddle("paddle_ext.enable")
-    importlib.import_module("paddle_ext.spmd_rules.gaps")
+    load_builtin_rules(gaps=True)
     ignore_in_dy2static()
     names = [o.name for o in OPS] if ops is None else list(ops)
     unknown = [n for n in names if n not in BY_NAME]

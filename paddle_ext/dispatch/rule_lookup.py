@@ -9,12 +9,11 @@
 """
 from __future__ import annotations
 
-import importlib
 from typing import Sequence
 
 from ..errors import ShardingRuleError
 from ..placements import DistSpec
-from ..spmd.registry import REGISTRY, get_spmd_rule
+from ..spmd.registry import REGISTRY, get_spmd_rule, load_builtin_rules
 from .grad import grad_plan
 
 FIXES = ("register a rule with @paddle_ext.spmd.register_spmd_rule(op)",
@@ -46,7 +45,7 @@ def get_rule(op: str):
     rule = REGISTRY.rules.get(op)
     if rule is not None:
         return rule
-    importlib.import_module("paddle_ext.spmd_rules.gaps")   # the gap rules register on import
+    load_builtin_rules(gaps=True)
     try:
         return get_spmd_rule(op, "ext")
     except ShardingRuleError as exc:

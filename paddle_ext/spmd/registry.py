@@ -465,11 +465,15 @@ def is_hashable(value) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=1)
-def load_builtin_rules() -> None:
-    """Import ``paddle_ext.spmd_rules`` (its modules register paddle-ext's rules)."""
-
+@functools.lru_cache(maxsize=2)
+def load_builtin_rules(gaps: bool = False) -> None:
+    """Import ``paddle_ext.spmd_rules`` (its modules register paddle-ext's rules); ``gaps=True``
+    also ``paddle_ext.spmd_rules.gaps``, the rules of the ops Paddle lacks a usable rule for,
+    which dispatch and ``enable()`` serve (kept apart so ``get_spmd_rule(op, "auto")`` falls
+    back to Paddle's C++ rule for them until something asks for dispatch)."""
     importlib.import_module("paddle_ext.spmd_rules")
+    if gaps:
+        importlib.import_module("paddle_ext.spmd_rules.gaps")
 
 
 def get_spmd_rule(op: str, source: str = "auto"):
