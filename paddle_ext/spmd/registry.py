@@ -391,8 +391,7 @@ class Registry:
 
     def __init__(self):
         self.rules: dict[str, SpmdRule] = {}
-        # called with the op name whenever its rule is registered or replaced (None: every op);
-        # dispatch's plan cache listens, so an override takes effect on the next call
+        # told the op whose rule changed (None: all): dispatch's plan cache forgets its plans
         self.listeners: list[Callable[[str | None], object]] = []
 
     def _changed(self, op: str | None) -> None:
@@ -468,9 +467,7 @@ def is_hashable(value) -> bool:
 @functools.lru_cache(maxsize=2)
 def load_builtin_rules(gaps: bool = False) -> None:
     """Import ``paddle_ext.spmd_rules`` (its modules register paddle-ext's rules); ``gaps=True``
-    also ``paddle_ext.spmd_rules.gaps``, the rules of the ops Paddle lacks a usable rule for,
-    which dispatch and ``enable()`` serve (kept apart so ``get_spmd_rule(op, "auto")`` falls
-    back to Paddle's C++ rule for them until something asks for dispatch)."""
+    also ``spmd_rules.gaps``, the rules dispatch and ``enable()`` serve for ops Paddle lacks."""
     importlib.import_module("paddle_ext.spmd_rules")
     if gaps:
         importlib.import_module("paddle_ext.spmd_rules.gaps")
