@@ -1,8 +1,8 @@
 """``paddle-ext schedule``: generate, check, simulate and draw a pipeline schedule.
 
     paddle-ext schedule NAME --stages P --microbatches M [--chunks V] [--costs F,B,W] [--memory-limit K]
-                        [--latency L] [--lowered] [--recv blocking|early] [--overlap max|sum|off]
-                        [--json] [--csv FILE] [--out FILE.png|.svg] [--trace FILE.json]
+                        [--latency L] [--objective makespan|span] [--lowered] [--recv blocking|early]
+                        [--overlap max|sum|off] [--json] [--csv FILE] [--out FILE.png|.svg] [--trace FILE.json]
     paddle-ext schedule --compare 1F1B,ZBH1,ZBV -P 4 -M 8
 
 ``--stages`` is the number of pipeline ranks ``p`` (Paddle's ``pp_degree``); ``--chunks`` is
@@ -14,6 +14,9 @@ weights, per stage; the default ``1,1,1`` is the zero-bubble paper's equal-cost 
 where it sits; ``early``: posted there, waited by the compute that needs it) and implies
 ``--lowered``; ``--overlap max|sum`` times DualPipeV's overlapped F&B pairs as one slot (``off``,
 the default, runs them one after the other). ``--compare`` adds both receive models side by side.
+``--objective`` tells ZBAuto which figure leads its search: ``makespan`` (default; then the
+longest stage span) or ``span`` (the longest stage span, the zero-bubble paper's bubble-rate
+measure; then the makespan); ZBAuto's text and JSON output give both figures.
 Everything runs in pure Python; no Paddle is imported.
 """
 from __future__ import annotations
@@ -44,6 +47,9 @@ def register(subparsers) -> None:
     parser.add_argument("--memory-limit", type=int, default=None, metavar="K",
                         help="ZBAuto: peak activations per rank in microbatches (default ceil(1.5 P)); VMin/VHalf/"
                         "VZB: in stage activations (default their own budget)")
+    parser.add_argument("--objective", choices=("makespan", "span"), default=None,
+                        help="ZBAuto: the figure its search minimises first, the other one breaking ties: "
+                        "makespan (default) or span (longest stage span, the zero-bubble paper's bubble rate)")
     parser.add_argument("--lowered", action="store_true", help="add SEND/RECV (add_send_recv) and simulate them "
                         "as blocking rendezvous, as with gloo")
     parser.add_argument("--recv", choices=("blocking", "early"), default=None,
@@ -70,9 +76,19 @@ def _build(name, args, costs):
     info = get_schedule_info(name)
     chunks = info.default_chunks if args.chunks is None else args.chunks
     limit = args.memory_limit if not args.compare or info.name == "ZBAuto" else None  # --compare: ZBAuto's limit
-    schedule = generate_searched(info.name, args.stages, args.microbatches, chunks, memory_limit=limit,
-                                 costs=(costs.forward, costs.backward_input, costs.backward_weight),
-                                 latency=args.latency)
+    if args.objective is not None and info.name != "ZBAuto" and not args.compare:
+        raise ScheduleError(f"--objective applies to ZBAuto (which figure its search minimises first); "
+                            f"{info.name} is not searched: drop --objective or use ZBAuto")
+    if info.name == "ZBAuto":
+        from ..passes.schedules.zb_auto import zb_auto
+
+        schedule = zb_auto(args.stages, args.microbatches, chunks, memory_limit=limit, latency=args.latency,
+                           costs=(costs.forward, costs.backward_input, costs.backward_weight),
+                           objective=args.objective or "makespan")
+    else:
+        schedule = generate_searched(info.name, args.stages, args.microbatches, chunks, memory_limit=limit,
+                                     costs=(costs.forward, costs.backward_input, costs.backward_weight),
+                                     latency=args.latency)
     if args.overlap != "off" and info.name == "DualPipeV":
         schedule = mark_dualpipe_overlaps(schedule)
     if args.lowered or args.recv:
@@ -93,7 +109,21 @@ def _recv_models(schedule, args, costs) -> dict:
                                     overlap=args.overlap).makespan for recv in ("blocking", "early")}
 
 
+def _zb_auto_figures(args, costs) -> dict:
+    """ZBAuto's own figures (its search's, compute only): both objectives and their lower bounds."""
+    from ..passes.schedules.zb_auto import zb_auto_result
+
+    res = zb_auto_result(args.stages, args.microbatches, memory_limit=args.memory_limit, latency=args.latency,
+                         costs=(costs.forward, costs.backward_input, costs.backward_weight),
+                         objective=args.objective or "makespan")
+    return {"objective": res.objective, "makespan": res.makespan, "max_span": res.max_span,
+            "bubble_rate": res.bubble_rate, "lower_bounds": {"makespan": res.lower_bounds[0],
+                                                             "max_span": res.lower_bounds[1]},
+            "memory_limit": res.memory_limit, "source": res.source}
+
+
 def _figures(info, chunks, args, result, costs) -> dict:
+    extra = {"zb_auto": _zb_auto_figures(args, costs)} if info.name == "ZBAuto" else {}
     return {
         "name": info.name, "stages": args.stages, "chunks": chunks, "total_stages": args.stages * chunks,
         "placement": info.placement, "microbatches": args.microbatches,
@@ -104,7 +134,7 @@ def _figures(info, chunks, args, result, costs) -> dict:
         "bubble_vs_ideal": result.bubble_vs_ideal, "steady_bubble_vs_ideal": result.steady_bubble_vs_ideal,
         "peak_activations": list(result.peak_activations),
         "peak_activations_full_microbatch": [n / chunks for n in result.peak_activations],
-    }
+    } | extra
 
 
 def run(args) -> int:
@@ -139,6 +169,11 @@ def run(args) -> int:
     print(f"makespan {result.makespan:g} (ideal {result.ideal:g}); bubble {result.bubble_vs_ideal:.2%} of ideal, "
           f"{result.steady_bubble_vs_ideal:.2%} with overlapped iterations; idle fraction {result.bubble_ratio:.2%}")
     print(f"peak activations per rank (stage activations): {list(result.peak_activations)}")
+    if "zb_auto" in figures:
+        z = figures["zb_auto"]
+        print(f"ZBAuto ({z['objective']} first, memory limit {z['memory_limit']}): makespan {z['makespan']:g} "
+              f"(lower bound {z['lower_bounds']['makespan']:g}), longest stage span {z['max_span']:g} (lower bound "
+              f"{z['lower_bounds']['max_span']:g}), bubble rate {z['bubble_rate']:.4f} = (span - ideal) / span")
     return 0
 
 
