@@ -404,12 +404,12 @@ ROWS: tuple[Row, ...] = (
         "mesh must be a paddle.distributed.ProcessMesh or a mesh shape (a sequence of ints such as "
         "(2, 2)), got str 'mesh'"),
     Row("reshard-cross-mesh-without-init", "reshard",
-        'import os, paddle, paddle.distributed as dist\nfrom paddle_ext import reshard\n'
+        'import paddle, paddle.distributed as dist\nfrom paddle_ext import reshard\n'
         'def across_meshes_without_init_parallel_env():  # a 2-rank job that never called init_parallel_env\n'
-        '    old = os.environ.get("PADDLE_TRAINERS_NUM")\n    os.environ["PADDLE_TRAINERS_NUM"] = "2"\n    try:\n'
+        '    world_size = dist.get_world_size\n    dist.get_world_size = lambda group=None: 2\n    try:\n'
         '        x = dist.shard_tensor(paddle.ones([2]), dist.ProcessMesh([0]), [dist.Replicate()])\n'
         '        return reshard(x, dist.ProcessMesh([1]), [dist.Replicate()])\n    finally:\n'
-        '        os.environ.pop("PADDLE_TRAINERS_NUM") if old is None else os.environ.update(PADDLE_TRAINERS_NUM=old)\n'
+        '        dist.get_world_size = world_size   # (Paddle caches the world size it reads first)\n'
         'across_meshes_without_init_parallel_env()',
         "ReshardPlanError",
         "dist.reshard from mesh [0] (shape [1]) to mesh [1] (shape [1]), a move that is not a pure mesh "
