@@ -454,6 +454,9 @@ ROWS: tuple[Row, ...] = (
     Row("cli-zbauto-costs", "CLI", "paddle-ext schedule ZBAuto -P 4 -M 8 --costs 1,1,0", "exit 2",
         "paddle-ext schedule: error: ZBAuto: costs (--costs) F,B,W must all be > 0 (a split backward needs a W), "
         "got 1,1,0: e.g. 1,1,1"),
+    Row("cli-objective-fixed", "CLI", "paddle-ext schedule 1F1B -P 4 -M 8 --objective span", "exit 2",
+        "paddle-ext schedule: error: --objective applies to ZBAuto (which figure its search minimises first); "
+        "1F1B is not searched: drop --objective or use ZBAuto"),
     Row("cli-vmin-limit", "CLI", "paddle-ext schedule VMin -P 4 -M 8 --memory-limit 1", "exit 2",
         "paddle-ext schedule: error: VMin: memory_limit (--memory-limit) must be an int >= 2 (activations per rank, "
         "in stage activations (2 per microbatch on a V)); got 1: the least that works is 2"),
