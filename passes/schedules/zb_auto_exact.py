@@ -81,41 +81,6 @@ def exact_search(pb: Problem, upper_bound: float = float("inf"), time_limit_s: f
             out.append(("W", j, max(free[r], end_i[r][j]), cw))
         return out
 
-    def lower_bound() -> float:
-        """Earliest starts ("heads") of the unscheduled operations from the partial schedule, the
-        chains between ranks, the per-kind order on a rank and the memory limit (F of microbatch
-        j waits for W of j - limit); then on each rank, an operation's head plus everything that
-        must follow it there."""
-        bound = max(free[r] + rest[r] for r in range(p))
-        h_f = [[0.0] * m for _ in range(p)]
-        h_i = [[0.0] * m for _ in range(p)]
-        for j in range(m):
-            for r in range(p):
-                if j < n_f[r]:
-                    h_f[r][j] = end_f[r][j] - cf
-                    continue
-                h = free[r]
-                if r:
-                    h = max(h, h_f[r - 1][j] + cf + lat)
-                if j > n_f[r]:
-                    h = max(h, h_f[r][j - 1] + cf)
-                if j >= limit and j - limit >= n_w[r]:
-                    h = max(h, h_i[r][j - limit] + ci + cw)  # W of j - limit frees the memory
-                h_f[r][j] = h
-                bound = max(bound, h + (m - j) * (cf + ci + cw))
-            for r in range(p - 1, -1, -1):
-                if j < n_i[r]:
-                    h_i[r][j] = end_i[r][j] - ci
-                    continue
-                h = max(free[r], h_f[r][j] + cf)
-                if r < p - 1:
-                    h = max(h, h_i[r + 1][j] + ci + lat)
-                if j > n_i[r]:
-                    h = max(h, h_i[r][j - 1] + ci)
-                h_i[r][j] = h
-                bound = max(bound, h + (m - j) * (ci + cw))
-        return bound
-
     def dfs():
         nodes[0] += 1
         if nodes[0] % 2048 == 0 and time.monotonic() > deadline:
@@ -125,7 +90,7 @@ def exact_search(pb: Problem, upper_bound: float = float("inf"), time_limit_s: f
             if makespan < best["makespan"] - 1e-9:
                 best["makespan"], best["order"] = makespan, [list(o) for o in order]
             return
-        if lower_bound() >= best["makespan"] - 1e-9:
+        if _lower_bound(pb, free, rest, n_f, n_i, n_w, end_f, end_i) >= best["makespan"] - 1e-9:
             return
         ops = [(r,) + op for r in range(p) if todo[r] for op in eligible(r)]
         if not ops:
@@ -168,3 +133,42 @@ def exact_search(pb: Problem, upper_bound: float = float("inf"), time_limit_s: f
     except _Timeout:
         proved = False
     return ExactResult(best["order"], best["makespan"], proved, nodes[0], time.monotonic() - start)
+
+
+def _lower_bound(pb: Problem, free, rest, n_f, n_i, n_w, end_f, end_i) -> float:
+    """A lower bound on the makespan of any completion of the partial schedule (``dfs`` in
+    :func:`exact_search` prunes with it). Earliest starts ("heads") of the unscheduled operations
+    from the partial schedule, the chains between ranks, the per-kind order on a rank and the memory limit (F of microbatch
+    j waits for W of j - limit); then on each rank, an operation's head plus everything that
+    must follow it there."""
+    p, m, lat, limit = pb.n_ranks, pb.n_microbatches, pb.latency, pb.memory_limit
+    cf, ci, cw = pb.forward, pb.backward_input, pb.backward_weight
+    bound = max(free[r] + rest[r] for r in range(p))
+    h_f = [[0.0] * m for _ in range(p)]
+    h_i = [[0.0] * m for _ in range(p)]
+    for j in range(m):
+        for r in range(p):
+            if j < n_f[r]:
+                h_f[r][j] = end_f[r][j] - cf
+                continue
+            h = free[r]
+            if r:
+                h = max(h, h_f[r - 1][j] + cf + lat)
+            if j > n_f[r]:
+                h = max(h, h_f[r][j - 1] + cf)
+            if j >= limit and j - limit >= n_w[r]:
+                h = max(h, h_i[r][j - limit] + ci + cw)  # W of j - limit frees the memory
+            h_f[r][j] = h
+            bound = max(bound, h + (m - j) * (cf + ci + cw))
+        for r in range(p - 1, -1, -1):
+            if j < n_i[r]:
+                h_i[r][j] = end_i[r][j] - ci
+                continue
+            h = max(free[r], h_f[r][j] + cf)
+            if r < p - 1:
+                h = max(h, h_i[r + 1][j] + ci + lat)
+            if j > n_i[r]:
+                h = max(h, h_i[r][j - 1] + ci)
+            h_i[r][j] = h
+            bound = max(bound, h + (m - j) * (ci + cw))
+    return bound

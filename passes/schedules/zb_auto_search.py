@@ -125,27 +125,8 @@ def greedy_order(pb: Problem, policy: Policy) -> Optional[Order]:
         elif best_i is not None:
             choice = ("I",) + best_i
         else:
-            in_flight = sum(n_f[s] - n_i[s] for s in stages)
-            for idx in range(len(stages) - 1, -1, -1):  # upper stage first: it is further down the V
-                s = stages[idx]
-                j = n_f[s]
-                if j >= m:
-                    continue
-                ready = input_time("F", s, j, r)
-                if ready is None or ready > t:
-                    continue
-                upper = idx > 0  # continues a microbatch already on this rank: no warm-up cap
-                if policy.reserve_upper:
-                    over = not (upper and reserved[r] > 0) and \
-                        live[r] + reserved[r] + len(stages) - idx > pb.memory_limit
-                else:
-                    over = live[r] + 1 > pb.memory_limit
-                if over or (not upper and in_flight >= caps[r]):
-                    continue
-                if not policy.f_may_delay_i and next_i < t + dur["F"] and not upper:
-                    continue
-                choice = ("F", s, j)
-                break
+            choice = _pick_forward(pb, policy, r, t, stages, n_f, n_i, live[r], reserved[r], caps[r], next_i,
+                                   input_time)
         if choice is None and pending_w[r]:
             choice = ("W",) + pending_w[r][0]
         if choice is None:
@@ -191,6 +172,35 @@ def greedy_order(pb: Problem, policy: Policy) -> Optional[Order]:
         if todo[r]:
             heapq.heappush(heap, (end, r))
     return order
+
+
+def _pick_forward(pb: Problem, policy: Policy, r: int, t: float, stages, n_f, n_i, live: int, reserved: int,
+                  cap: int, next_i: float, input_time) -> Optional[Tuple[str, int, int]]:
+    """The F that rank ``r`` (free at ``t``, no I ready) may start now, upper stage first, or None:
+    its input must be there, memory must allow it (counting the upper stages' reserved slots when
+    ``policy.reserve_upper``), a new microbatch must respect the warm-up cap ``cap``, and unless
+    ``policy.f_may_delay_i`` it must not delay the I arriving at ``next_i``."""
+    m = pb.n_microbatches
+    in_flight = sum(n_f[s] - n_i[s] for s in stages)
+    for idx in range(len(stages) - 1, -1, -1):  # upper stage first: it is further down the V
+        s = stages[idx]
+        j = n_f[s]
+        if j >= m:
+            continue
+        ready = input_time("F", s, j, r)
+        if ready is None or ready > t:
+            continue
+        upper = idx > 0  # continues a microbatch already on this rank: no warm-up cap
+        if policy.reserve_upper:
+            over = not (upper and reserved > 0) and live + reserved + len(stages) - idx > pb.memory_limit
+        else:
+            over = live + 1 > pb.memory_limit
+        if over or (not upper and in_flight >= cap):
+            continue
+        if not policy.f_may_delay_i and next_i < t + pb.forward and not upper:
+            continue
+        return ("F", s, j)
+    return None
 
 
 def heuristic_orders(pb: Problem, policies: Iterable[Policy] = ()) -> List[Tuple[Tuple[float, float], Order]]:
