@@ -28,6 +28,9 @@ What it checks (docs/architecture.md, "Layers, checked"):
    where a lazy import keeps start-up cheap, a package ``__init__``'s PEP 562 ``__getattr__`` (a
    face's lazy attribute), and imports of the optional packages in ``OPTIONAL``.
    More than the baseline in a file fails.
+5. **Function sizes** in the same three trees: a function or method over 120 lines (from its
+   ``def`` to its last line; a nested function counts inside its parent too) not in the baseline
+   fails, and so does a baseline function that grew. Keyed ``file::qualified.name``.
 """
 from __future__ import annotations
 
@@ -48,6 +51,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = Path(__file__).resolve().parent / "layers_baseline.json"
 MAX_LINES = 500
+MAX_FUNCTION_LINES = 120
 # source dir in the repo -> where it lives in the installed package
 LAYOUT = {"paddle_ext": "paddle_ext", "passes": "paddle_ext/passes", "spmd_rules": "paddle_ext/spmd_rules"}
 INTERNAL = re.compile(r"paddle\s*\.\s*base\b|\b_C_ops\b|\blibpaddle\b|paddle\s*\.\s*framework\b"
@@ -182,6 +186,27 @@ def module_sizes(root: Path) -> dict[str, int]:
     return {rel: n for rel, n in sizes.items() if n > MAX_LINES}
 
 
+def long_functions(root: Path) -> dict[str, int]:
+    """{``file::qualified.name``: lines} of the functions over MAX_FUNCTION_LINES (``def`` line to
+    last line, decorators not counted; a nested function is named ``outer.inner``)."""
+    found = {}
+
+    def visit(node: ast.AST, prefix: str, rel: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = prefix + child.name
+                n = child.end_lineno - child.lineno + 1
+                if not isinstance(child, ast.ClassDef) and n > MAX_FUNCTION_LINES:
+                    found[f"{rel}::{name}"] = n
+                visit(child, name + ".", rel)
+            else:
+                visit(child, prefix, rel)
+
+    for rel, path in sources(root):
+        visit(ast.parse(path.read_text(encoding="utf-8"), filename=rel), "", rel)
+    return found
+
+
 def repo_path(module: str, stage_dir: Path) -> str:
     """``paddle_ext.passes.validate`` -> ``passes/validate.py`` (the file a reader edits)."""
     parts = module.split(".")
@@ -300,6 +325,7 @@ def check(root: Path = ROOT, config: Path | None = None, baseline: dict | None =
     _check_internal(internal_references(root), base.get("internal_references", {}), rep)
     _check_sizes(module_sizes(root), base.get("large_modules", {}), rep)
     _check_function_imports(function_imports(root), base.get("function_imports", {}), rep)
+    _check_function_sizes(long_functions(root), base.get("long_functions", {}), rep)
     return rep
 
 
@@ -373,6 +399,23 @@ def _check_function_imports(found: dict, base: dict, rep: Report) -> None:
                   "an optional package goes in check_layers.OPTIONAL")
 
 
+def _check_function_sizes(found: dict, base: dict, rep: Report) -> None:
+    rep.figures["long_functions"] = found
+    for key, n in sorted(found.items()):
+        rel, name = key.split("::", 1)
+        if key not in base:
+            rep.failures.append(f"{rel}: function {name} has {n} lines (over {MAX_FUNCTION_LINES}): split it into "
+                                f"named steps (helper functions, or a small class whose methods are the steps) "
+                                f"of at most {MAX_FUNCTION_LINES} lines")
+        elif n > base[key]:
+            rep.failures.append(f"{rel}: function {name} grew to {n} lines (baseline {base[key]}, limit "
+                                f"{MAX_FUNCTION_LINES}): move steps out of it into named helpers")
+    for key, n in sorted(base.items()):
+        if found.get(key, 0) < n:
+            rep.stale.append(f"{key}: {found.get(key, 'at most %d' % MAX_FUNCTION_LINES)} lines, baseline {n}: "
+                             f"run --shrink-baseline")
+
+
 def shrink_baseline(rep: Report, path: Path = BASELINE) -> dict:
     """Lower the baseline to today's figures; never adds an entry or raises a number."""
     old = load_baseline(path)
@@ -383,6 +426,9 @@ def shrink_baseline(rep: Report, path: Path = BASELINE) -> dict:
     funcs = rep.figures["function_imports"]
     new["function_imports"] = {f: min(n, funcs[f]) for f, n in old.get("function_imports", {}).items()
                                if funcs.get(f)}
+    if "long_functions" in rep.figures:
+        longs = rep.figures["long_functions"]
+        new["long_functions"] = {f: min(n, longs[f]) for f, n in old.get("long_functions", {}).items() if f in longs}
     new["cycles"] = [sorted(set(b) & set(c)) for b in old["cycles"] for c in rep.figures["cycles"]
                      if len(set(b) & set(c)) > 1 and set(c) <= set(b)]
     path.write_text(json.dumps(new, indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -404,6 +450,9 @@ def format_figures(rep: Report) -> str:
     funcs = f["function_imports"]
     lines.append(f"  function-level imports outside the faces: {sum(funcs.values())} in {len(funcs)} files")
     lines += [f"    {n:3d}  {rel}" for rel, n in sorted(funcs.items())]
+    longs = f.get("long_functions", {})
+    lines.append(f"  functions over {MAX_FUNCTION_LINES} lines: {len(longs)}")
+    lines += [f"    {n:4d}  {key}" for key, n in sorted(longs.items())]
     return "\n".join(lines)
 
 

@@ -29,7 +29,9 @@ def test_layers_hold_today():
     rep = check_layers.check()
     assert rep.failures == [] and rep.stale == [], rep.lint_output + "\n" + "\n".join(rep.failures + rep.stale)
     figures = rep.figures
-    assert set(figures) == {"contracts", "internal_references", "cycles", "large_modules", "function_imports"}
+    assert set(figures) == {"contracts", "internal_references", "cycles", "large_modules", "function_imports",
+                            "long_functions"}
+    assert figures["long_functions"] == {}
     assert all(n >= 0 for n in figures["contracts"].values()) and len(figures["contracts"]) >= 5
 
 
@@ -128,3 +130,31 @@ def test_function_import_figures_only_shrink(tmp_path):
                                        "function_imports": {"a.py": 1, "b.py": 5, "c.py": 4}})
     new = check_layers.shrink_baseline(rep, baseline)
     assert new["function_imports"] == {"a.py": 1, "b.py": 2}   # lowered, never raised, never added
+
+
+def _function(name: str, n_lines: int, indent: str = "") -> str:
+    """A function of exactly ``n_lines`` lines, ``def`` included."""
+    body = "".join(f"{indent}    x{i} = {i}\n" for i in range(n_lines - 2))
+    return f"\n\n{indent}def {name}():\n{body}{indent}    return 0\n"
+
+
+def test_new_long_function_is_reported(tmp_path):
+    root = _copy_tree(tmp_path)
+    # counted: a new 121-line function and a 121-line method; not counted: exactly 120 lines
+    _append(root / "passes" / "schedule_ir.py", _function("_too_long", 121) + _function("_just_fits", 120))
+    _append(root / "paddle_ext" / "errors.py", "\n\nclass _Big:" + _function("step", 121, indent="    "))
+    # a baseline function that grew, and one that shrank
+    _append(root / "spmd_rules" / "matmul.py", _function("_known", 125) + _function("_smaller", 121))
+    baseline = {**check_layers.load_baseline(), "long_functions": {"spmd_rules/matmul.py::_known": 124,
+                                                                   "spmd_rules/matmul.py::_smaller": 122}}
+    found = check_layers.long_functions(root)
+    assert found == {"passes/schedule_ir.py::_too_long": 121, "paddle_ext/errors.py::_Big.step": 121,
+                     "spmd_rules/matmul.py::_known": 125, "spmd_rules/matmul.py::_smaller": 121}
+    rep = check_layers.check(root, config=ROOT / "pyproject.toml", baseline=baseline)
+    assert not rep.ok
+    text = "\n".join(rep.failures)
+    assert "passes/schedule_ir.py: function _too_long has 121 lines (over 120): split it into named steps" in text
+    assert "paddle_ext/errors.py: function _Big.step has 121 lines (over 120)" in text
+    assert "spmd_rules/matmul.py: function _known grew to 125 lines (baseline 124, limit 120)" in text
+    assert "_just_fits" not in text and "_smaller" not in text
+    assert any(s.startswith("spmd_rules/matmul.py::_smaller: 121 lines, baseline 122") for s in rep.stale), rep.stale
