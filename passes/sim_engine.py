@@ -149,22 +149,28 @@ class Simulation:
     def meet(self, ri: int, t: float, key, peer_kind: Kind, early_recv: bool = False) -> Optional[float]:
         """Rendezvous of a send and a receive: this side's completion time, or None if it came
         first (an early-posted receive never waits: its rank goes on)."""
-        other = self.posted.pop(key, None)
+        posted = self.posted
+        other = posted.pop(key, None)
         if other is None:
-            self.posted[key] = (ri, t, early_recv)
+            posted[key] = (ri, t, early_recv)
             if not early_recv:
                 self.blocked[ri] = ("meet", peer_kind)
             return None
         rj, tj, other_early = other
-        meet_at = max(t, tj)
+        meet_at = tj if tj > t else t
         lat = self.lat
         this_receives = peer_kind is SEND_F or peer_kind is SEND_B
-        self.data_there(key, meet_at + lat)  # whoever receives, the data lands then
+        # whoever receives, the data lands then (data_there, inline: this runs once per pair)
+        (self.got_f if key[0] is RECV_F else self.got_b)[key[1]] = meet_at + lat
+        waiting = self.waiting
+        if waiting and key in waiting:
+            self.work.extend(waiting.pop(key))
         if not other_early:  # the peer is parked on its send or blocking receive: release it
             done_j = meet_at if this_receives else meet_at + lat
-            p = self.pos[rj]
+            pos = self.pos
+            p = pos[rj]
             self.starts[rj][p], self.ends[rj][p] = tj, done_j
-            self.clock[rj], self.pos[rj] = done_j, p + 1
+            self.clock[rj], pos[rj] = done_j, p + 1
             self.blocked.pop(rj, None)
             self.work.append(rj)
         return meet_at + lat if this_receives else meet_at
@@ -173,21 +179,22 @@ class Simulation:
         """The send step: ``a`` (SEND_F or SEND_B, at position ``p`` of rank ``ri``, which is free
         at ``t``); the rank's new time, or None if it must wait."""
         s, k, mb = a
-        idx = s * self.n_mb + mb
-        made, table = (self.f_end, self.wait_f) if k is SEND_F else (self.g_end, self.wait_g)
-        if made[idx] is None:
-            self.park(table, idx, ri, ("unsent", a))
+        n_mb = self.n_mb
+        idx = s * n_mb + mb
+        forward = k is SEND_F
+        if (self.f_end if forward else self.g_end)[idx] is None:
+            self.park(self.wait_f if forward else self.wait_g, idx, ri, ("unsent", a))
             return None
-        key = (RECV_F, idx + self.n_mb) if k is SEND_F else (RECV_B, idx - self.n_mb)
+        key = (RECV_F, idx + n_mb) if forward else (RECV_B, idx - n_mb)
         if self.blocking_sends:
             finished = self.meet(ri, t, key, key[0])
             if finished is None:
                 self.starts[ri][p] = t
             return finished
-        self.arrived[key] = t + self.lat
+        self.arrived[key] = there = t + self.lat
         if self.early:
-            self.data_there(key, t + self.lat)
-        elif key in self.waiting:
+            self.data_there(key, there)
+        elif self.waiting and key in self.waiting:
             self.work.extend(self.waiting.pop(key))
         return t
 
@@ -195,23 +202,26 @@ class Simulation:
         """The receive step: ``a`` (RECV_F or RECV_B), as :meth:`send`."""
         s, k, mb = a
         key = (k, s * self.n_mb + mb)
-        peer = SEND_F if k is RECV_F else SEND_B
         if self.early:  # post it and go on; the compute that needs the data waits for it
             if self.blocking_sends:
-                self.meet(ri, t, key, peer, early_recv=True)
+                self.meet(ri, t, key, SEND_F if k is RECV_F else SEND_B, True)
             return t
         if self.blocking_sends:
-            finished = self.meet(ri, t, key, peer)
+            finished = self.meet(ri, t, key, SEND_F if k is RECV_F else SEND_B)
             if finished is None:
                 self.starts[ri][p] = t
                 return None
             self.data_there(key, finished)
             return finished
-        if key not in self.arrived:
+        there = self.arrived.get(key)
+        if there is None:
             self.park(self.waiting, key, ri, ("send", a))
             return None
-        t = max(t, self.arrived[key])
-        self.data_there(key, t)
+        if there > t:
+            t = there
+        (self.got_f if k is RECV_F else self.got_b)[key[1]] = t  # data_there, inline
+        if self.waiting and key in self.waiting:
+            self.work.extend(self.waiting.pop(key))
         return t
 
     def overlapped_pair(self, ri: int, p: int, t: float) -> Optional[float]:
