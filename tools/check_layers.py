@@ -378,19 +378,27 @@ def _check_internal(found: dict, base: dict, rep: Report) -> None:
                   "{n} Paddle-internal lines", "go through paddle_ext.compat (add or reuse a compat function)")
 
 
-def _check_sizes(sizes: dict, base: dict, rep: Report) -> None:
-    rep.figures["large_modules"] = sizes
-    for rel, n in sorted(sizes.items()):
-        if rel not in base:
-            rep.failures.append(f"{rel} has {n} lines (over {MAX_LINES}): split it by concern into modules "
-                                f"of at most {MAX_LINES} lines")
-        elif n > base[rel]:
-            rep.failures.append(f"{rel} grew to {n} lines (baseline {base[rel]}, limit {MAX_LINES}): move "
-                                f"code out of it rather than into it")
-    for rel, n in sorted(base.items()):
-        if sizes.get(rel, 0) < n:
-            rep.stale.append(f"{rel}: {sizes.get(rel, 'at most %d' % MAX_LINES)} lines, baseline {n}: "
+def _check_limit(found: dict, base: dict, rep: Report, figure: str, limit: int, what, over_fix: str,
+                 grew_fix: str) -> None:
+    """A size ratchet: ``found`` maps a key to its lines; one over ``limit`` and not in the baseline
+    fails (``over_fix``), one larger than its baseline fails (``grew_fix``), one smaller asks for
+    --shrink-baseline. ``what(key)`` names the key in the messages."""
+    rep.figures[figure] = found
+    for key, n in sorted(found.items()):
+        if key not in base:
+            rep.failures.append(f"{what(key)} has {n} lines (over {limit}): {over_fix}")
+        elif n > base[key]:
+            rep.failures.append(f"{what(key)} grew to {n} lines (baseline {base[key]}, limit {limit}): {grew_fix}")
+    for key, n in sorted(base.items()):
+        if found.get(key, 0) < n:
+            rep.stale.append(f"{key}: {found.get(key, 'at most %d' % limit)} lines, baseline {n}: "
                              f"run --shrink-baseline")
+
+
+def _check_sizes(sizes: dict, base: dict, rep: Report) -> None:
+    _check_limit(sizes, base, rep, "large_modules", MAX_LINES, str,
+                 f"split it by concern into modules of at most {MAX_LINES} lines",
+                 "move code out of it rather than into it")
 
 
 def _check_function_imports(found: dict, base: dict, rep: Report) -> None:
@@ -400,20 +408,13 @@ def _check_function_imports(found: dict, base: dict, rep: Report) -> None:
 
 
 def _check_function_sizes(found: dict, base: dict, rep: Report) -> None:
-    rep.figures["long_functions"] = found
-    for key, n in sorted(found.items()):
+    def what(key: str) -> str:
         rel, name = key.split("::", 1)
-        if key not in base:
-            rep.failures.append(f"{rel}: function {name} has {n} lines (over {MAX_FUNCTION_LINES}): split it into "
-                                f"named steps (helper functions, or a small class whose methods are the steps) "
-                                f"of at most {MAX_FUNCTION_LINES} lines")
-        elif n > base[key]:
-            rep.failures.append(f"{rel}: function {name} grew to {n} lines (baseline {base[key]}, limit "
-                                f"{MAX_FUNCTION_LINES}): move steps out of it into named helpers")
-    for key, n in sorted(base.items()):
-        if found.get(key, 0) < n:
-            rep.stale.append(f"{key}: {found.get(key, 'at most %d' % MAX_FUNCTION_LINES)} lines, baseline {n}: "
-                             f"run --shrink-baseline")
+        return f"{rel}: function {name}"
+
+    _check_limit(found, base, rep, "long_functions", MAX_FUNCTION_LINES, what,
+                 f"split it into named steps (helper functions, or a small class whose methods are the steps) "
+                 f"of at most {MAX_FUNCTION_LINES} lines", "move steps out of it into named helpers")
 
 
 def shrink_baseline(rep: Report, path: Path = BASELINE) -> dict:
