@@ -13,6 +13,7 @@ process group is needed, so it runs in every process state.
 """
 from __future__ import annotations
 
+from .convert import to_paddle_placements
 from .internals import expected_place
 from .version import require_paddle
 
@@ -27,6 +28,12 @@ def local_mesh_reshape(x, mesh, placements, source_placements):
     if not _LAYER:
         _LAYER.append(_build(require_paddle("paddle_ext.compat.mesh_reshape")))
     return _LAYER[0].apply(x, mesh, list(placements), list(source_placements))
+
+
+def reshape_placements(src, dst) -> tuple:
+    """``(placements, source_placements)`` of :func:`local_mesh_reshape` for a move from the
+    DistSpec ``src`` to ``dst``, as Paddle placements."""
+    return to_paddle_placements(dst.placements), to_paddle_placements(src.placements)
 
 
 def _build(paddle):
@@ -57,4 +64,4 @@ def _build(paddle):
     return LocalMeshReshape
 
 
-__all__ = ["local_mesh_reshape"]
+__all__ = ["local_mesh_reshape", "reshape_placements"]

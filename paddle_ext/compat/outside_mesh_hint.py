@@ -27,7 +27,7 @@ HINT = ("paddle-ext: rank {rank} holds a DistTensor on mesh {mesh}, which exclud
         "SIGSEGV; call paddle_ext.install(pipeline_by_annotation=True) after dist.init_parallel_env() on every "
         "rank (docs/compatibility.md, \"Ranks outside a mesh\").")
 
-_STATE = {"armed": False, "said": False}
+_STATE = {"armed": False}   # armed by apply(); the first hint (or the opt-in seen on) disarms it
 
 
 def needed() -> bool:
@@ -41,16 +41,15 @@ def watch_mesh(mesh) -> None:
         return
     paddle = require_paddle("outside-mesh-hint")
     rank = paddle.distributed.get_rank()
-    if rank in mesh.process_ids or _STATE["said"]:
+    if rank in mesh.process_ids:
         return
-    _STATE["said"] = True
     _STATE["armed"] = False
     if opt_in_on():
         return
     sys.stderr.write(HINT.format(rank=rank, mesh=list(mesh.process_ids), version=paddle.__version__) + "\n")
     sys.stderr.flush()
     for owner, name, original in _WRAPPED:
-        if getattr(owner, name) is not original and getattr(getattr(owner, name), "__wrapped__", None) is original:
+        if getattr(getattr(owner, name), "__wrapped__", None) is original:   # still our wrapper
             setattr(owner, name, original)
 
 
@@ -87,7 +86,7 @@ def apply() -> list:
                 setattr(owner, name, wrapper)
                 patched.append((owner, name, original))
     _WRAPPED[:] = patched
-    _STATE.update(armed=True, said=False)
+    _STATE["armed"] = True
     return patched
 
 

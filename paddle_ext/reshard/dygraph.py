@@ -27,7 +27,7 @@ import paddle
 
 from ..compat.convert import from_paddle_placements, mesh_shape, pad_placements, to_paddle_placements
 from ..compat.internals import expected_place
-from ..compat.mesh_reshape import local_mesh_reshape
+from ..compat.mesh_reshape import local_mesh_reshape, reshape_placements
 from ..compat.buffers import fresh
 from ..compat.version import require_paddle
 from ..compat.views import require_writable_views
@@ -459,7 +459,7 @@ def reshard(x, mesh, placements, *, check: bool = True, stats: dict | None = Non
     if kind == "paddle":
         return original_reshard()(x, mesh, list(placements))   # Paddle, exactly as without paddle-ext
     if kind == "reshape":
-        return local_mesh_reshape(x, mesh, *(to_paddle_placements(s.placements) for s in (specs[1], specs[0])))
+        return local_mesh_reshape(x, mesh, *reshape_placements(specs[0], specs[1]))
     if kind == "nccl":
         return _native(x, mesh, placements, specs[0], specs[1], stats)
     if check:  # before any data moves, on every path

@@ -9,8 +9,8 @@ cached as a runner; the next call with the same key costs one key, one lookup an
 does:
 
 * **to Paddle**: Paddle's ``dist.reshard`` (hand-back decided from the key, nothing converted);
-* **mesh reshape** (same ranks, another mesh shape, every rank keeping its slice): Paddle's local
-  ``_dist_reshape``, in every process state;
+* **mesh reshape** (same ranks, another mesh shape, every rank keeping its slice): a local
+  relabel (``compat.mesh_reshape``), in every process state;
 * **slice** (``R -> S(d)``, any plan of one local slice): a copy of this rank's slice, no
   communication;
 * **gather** (``S(0) -> R`` on a 1-D mesh that is the world or a prepared group, equal shards):
@@ -36,7 +36,7 @@ import os
 from ..compat.buffers import MIN_BYTES, fresh
 from ..compat.convert import from_paddle_placements, spec_of, to_paddle_placements
 from ..compat.fast_tensor import ops as _ops
-from ..compat.mesh_reshape import local_mesh_reshape
+from ..compat.mesh_reshape import local_mesh_reshape, reshape_placements
 from ..compat.outside_mesh_hint import watch_mesh
 from ..compat.views import require_writable_views
 from ..errors import ConversionError
@@ -186,7 +186,7 @@ def _build(o, key, x, mesh, placements):
     if kind == "paddle":
         return _store(key, _to_paddle)
     if kind == "reshape":
-        exact = [to_paddle_placements(s.placements) for s in (specs[1], specs[0])]
+        exact = reshape_placements(specs[0], specs[1])
         return _store(key, lambda x, mesh, placements, check: local_mesh_reshape(x, mesh, *exact))
     src, dst = specs[0], specs[1]
     itemsize = x.element_size()

@@ -13,7 +13,7 @@ Paddle does on the backend the call runs on (``compat.backend.backend_of``; docs
   Paddle's CPU wheel cannot survive (``compat.cpu_wheel``), is refused with a named error
   instead of a SIGSEGV.
 * **a pure mesh reshape** (:func:`pure_mesh_reshape`: same ranks, another mesh shape, every rank
-  keeping its slice) in any process state: done locally by Paddle's own ``_dist_reshape``
+  keeping its slice) in any process state: done locally by paddle-ext's relabel
   (``compat.mesh_reshape``), no communication, before any of the above.
 * **GLOO**: paddle-ext's executor, except what :func:`.native.native_is_exact` says Paddle does
   exactly and as cheaply (decided in :func:`.dygraph.reshard`).
@@ -127,7 +127,7 @@ def nccl_keeps(src: DistSpec, dst: DistSpec, s_ranks, d_ranks) -> str | None:
 def pure_mesh_reshape(src: DistSpec, dst: DistSpec, s_ranks, d_ranks) -> bool:
     """The same ranks in the same order on a mesh of another shape, no Partial on either side, and
     every rank holding the same slice of the tensor before and after: a change of mesh that moves
-    no data (Paddle's ``_dist_reshape`` does it locally, :mod:`..compat.mesh_reshape`)."""
+    no data (done locally by :mod:`paddle_ext.compat.mesh_reshape`)."""
     if tuple(s_ranks) != tuple(d_ranks) or tuple(src.mesh_shape) == tuple(dst.mesh_shape):
         return False
     if any(isinstance(p, Partial) for p in tuple(src.placements) + tuple(dst.placements)):
