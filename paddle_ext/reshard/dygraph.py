@@ -40,7 +40,6 @@ from .native import native_is_exact
 from .per_rank import execute
 from .planner import format_plan, plan_reshard
 from .originals import NATIVE_LISTENERS, original_reshard
-from .originals import original_reshard
 
 _DTYPE_CODES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16",
                 "float32", "float64", "complex64", "complex128")
