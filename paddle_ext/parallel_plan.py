@@ -42,9 +42,9 @@ from .passes.schedules import get_schedule_info
 MESH_ORDER = ("pp", "dp", "tp")   # mesh dim order: pipeline outermost, tensor parallel innermost
 ZERO_LEVELS = (0, 1, 2, 3)
 _PART = re.compile(r"(dp|tp|pp|sp|zero[0-9]+)(?:d?(\d+))?\Z")
-_HOW = ("parts are ppN, dpN, zeroK (K=1,2,3; zeroKdN for data-parallel degree N, zeroK alone is zeroKd2), "
-        "tpN, spN (needs tpN), or 'single', joined by '-', then optionally ':Schedule:mM' "
-        "(e.g. pp2-zero2d4-sp8-tp8:DualPipeV:m32)")
+_HOW = "parts are dpN, zeroK (K=1,2,3; zeroKdN for degree N), tpN, spN, ppN, joined by '-'"
+_EXAMPLE = ("'single' is one rank; a pipeline plan may add ':Schedule:mM', e.g. "
+            "pp2-zero2d4-sp8-tp8:DualPipeV:m32")
 
 
 class PlanError(PaddleExtError):
@@ -167,15 +167,15 @@ class ParallelPlan:
         return self.name
 
 
-def _read_layout(text: str, layout: str) -> dict:
+def _read_layout(text: str, layout: str, hint: str) -> dict:
     fields, sp = {}, None
     for part in layout.split("-"):
         m = _PART.match(part)
         if not m:
-            raise PlanError(f"plan {text!r}: cannot read {part!r}; {_HOW}")
+            raise PlanError(f"plan {text!r}: cannot read {part!r}; {_HOW}; {hint}")
         kind, digits = m.group(1), m.group(2)
         if digits is None and not kind.startswith("zero"):
-            raise PlanError(f"plan {text!r}: {part!r} needs a degree, e.g. {kind}2; {_HOW}")
+            raise PlanError(f"plan {text!r}: {part!r} needs a degree, e.g. {kind}2; {hint}")
         n = int(digits or 2)
         if n < 2:
             raise PlanError(f"plan {text!r}: {part!r} has degree {n}; a parallel degree is at least 2 (drop the part)")
@@ -188,7 +188,7 @@ def _read_layout(text: str, layout: str) -> dict:
             sp = n
             continue
         if kind in fields:
-            raise PlanError(f"plan {text!r} sets {kind} twice; give each of pp, dp/zero, tp once")
+            raise PlanError(f"plan {text!r} sets {kind} twice; give each of dp/zero, tp, pp once")
         fields[kind] = n
     if sp is not None and fields.get("tp") != sp:
         raise PlanError(f"plan {text!r}: sequence parallel sp{sp} runs on the tensor-parallel ranks, so it needs "
@@ -208,12 +208,13 @@ def _read_schedule(text: str, parts) -> dict:
     return out
 
 
-def parse_plan(text: str, batch: int = 8) -> ParallelPlan:
-    """Read a plan's text form (see the module docstring); :class:`PlanError` says what is wrong."""
+def parse_plan(text: str, batch: int = 8, hint: str = _EXAMPLE) -> ParallelPlan:
+    """Read a plan's text form (see the module docstring); :class:`PlanError` says what is wrong
+    and ends with ``hint`` (what would work: by default the form of a pipeline plan)."""
     if not isinstance(text, str) or not text.strip():
-        raise PlanError(f"plan {text!r} is empty; {_HOW}")
+        raise PlanError(f"plan {text!r} is empty; {hint}")
     layout, *schedule = text.strip().split(":")
-    fields = {} if layout.lower() == "single" else _read_layout(text, layout.lower())
+    fields = {} if layout.lower() == "single" else _read_layout(text, layout.lower(), hint)
     if schedule:
         if fields.get("pp", 1) == 1:
             raise PlanError(f"plan {text!r}: a schedule part needs a ppN part (pipeline parallelism)")

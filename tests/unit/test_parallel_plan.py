@@ -64,7 +64,7 @@ def test_with_schedule_keeps_the_mesh():
 
 
 @pytest.mark.parametrize("text,says", [
-    ("xx", "cannot read 'xx'"), ("tp2-sp4", "needs tp4"), ("dp1", "at least 2"), ("dp2-zero1", "sets dp twice"),
+    ("xx", "cannot read 'xx'"), ("tp2-sp4", "needs tp4"), ("dp1", "at least 2"), ("dp2-zero1", "sets dp twice"), ("pp2-tp2:1F1B", "e.g. pp2-tp2:1F1B:m4"),
     ("zero4", "stages are 1, 2, 3"), ("pp2:ZBV", "':Schedule:mM'"), ("pp2:NoSuch:m4", "known schedules"),
     ("dp2:1F1B:m2", "needs a ppN part"), ("", "empty"), ("tp", "needs a degree"),
 ])
