@@ -32,8 +32,8 @@ batch=...)``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
-from typing import Optional, Tuple
+from dataclasses import dataclass, fields, replace
+from typing import Iterable, Optional, Tuple
 
 from .errors import PaddleExtError
 from .errors import ScheduleError
@@ -144,6 +144,13 @@ class ParallelPlan:
             return replace(self, schedule=None, chunks=1, microbatches=1)
         return replace(self, schedule=schedule, chunks=chunks, microbatches=microbatches)
 
+    def unbuilt(self, builds: Iterable[str]) -> Tuple[str, ...]:
+        """The fields this plan sets away from a default plan's that are not in ``builds``: what a
+        runner building only ``builds`` would silently drop, so its ``runnable`` refuses the plan."""
+        default = ParallelPlan()
+        return tuple(f.name for f in fields(self)
+                     if f.name not in builds and getattr(self, f.name) != getattr(default, f.name))
+
     # -- the text form --------------------------------------------------------------------------
     @property
     def layout(self) -> str:
@@ -222,4 +229,6 @@ def parse_plan(text: str, batch: int = 8, hint: str = _EXAMPLE) -> ParallelPlan:
     return ParallelPlan(batch=batch, **fields)
 
 
-__all__ = ["MESH_ORDER", "ParallelPlan", "PlanError", "ZERO_LEVELS", "parse_plan"]
+FIELDS = tuple(f.name for f in fields(ParallelPlan))   # every dimension a runner must build or refuse
+
+__all__ = ["FIELDS", "MESH_ORDER", "ParallelPlan", "PlanError", "ZERO_LEVELS", "parse_plan"]

@@ -83,3 +83,12 @@ def test_bad_fields_are_named_errors(fields, says):
     with pytest.raises(PlanError) as info:
         ParallelPlan(**fields)
     assert says in str(info.value)
+
+
+def test_unbuilt_names_what_a_runner_would_drop():
+    from paddle_ext.parallel_plan import FIELDS
+
+    p = parse_plan("pp2-zero1d2-sp2-tp2:ZBV:m4", batch=8)
+    assert p.unbuilt(FIELDS) == ()
+    assert p.unbuilt(set(FIELDS) - {"sp", "zero"}) == ("zero", "sp")
+    assert parse_plan("dp2-tp2").unbuilt(set(FIELDS) - {"sp", "zero"}) == ()   # at their defaults: nothing dropped
