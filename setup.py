@@ -19,7 +19,7 @@ setup(
     python_requires=">=3.9",
     packages=core + rules + passes,
     package_dir={"paddle_ext.spmd_rules": "spmd_rules", "paddle_ext.passes": "passes"},
-    # the C++ pieces compat/cpp_build.py compiles at first use (MANIFEST.in carries them into the sdist)
+    # the C++ pieces compat/native/cpp_build.py compiles at first use (MANIFEST.in carries them into the sdist)
     package_data={"paddle_ext": ["csrc/*.cc"]},
     include_package_data=True,
     # Paddle itself is not a hard requirement: a CPU build (extra "cpu") or a GPU build from

@@ -12,7 +12,7 @@ from .placements import (DistSpec, Partial, Replicate, Shard, format_placements,
 # first (which binds the subpackage here), then rebinds the name to the function; later imports of
 # its modules (``from paddle_ext.reshard.planner import ...``) find it loaded and leave the name be.
 from .reshard import reshard  # noqa: E402,F401
-from .compat.spmd_bridge import connect as _connect_paddle_rules
+from .compat.ports.spmd_bridge import connect as _connect_paddle_rules
 
 _connect_paddle_rules()   # the pure SPMD registry reaches Paddle's C++ rules through compat (no Paddle imported)
 
@@ -95,18 +95,18 @@ def install(static_engine: bool = False, pipeline_by_annotation: bool = False,
     """
     from .compat import install as _install_fixes
     from .reshard import install_reshard
-    from .compat.static_reshard import install_static_reshard  # imports Paddle
+    from .compat.ports.static_reshard import install_static_reshard  # imports Paddle
 
     ranks_outside_mesh = ranks_outside_mesh or pipeline_by_annotation
     if ranks_outside_mesh:   # first: it refuses before anything else is patched
-        from .compat.outside_mesh import install as _install_outside_mesh
+        from .compat.fixes.outside_mesh import install as _install_outside_mesh
 
         outside = _install_outside_mesh()
     names = _install_fixes()
     install_reshard()
     install_static_reshard()
     names += ["dygraph-reshard", "static-reshard-functions"]
-    from .compat.static_engine import install_rings
+    from .compat.ports.static_engine import install_rings
 
     names += install_rings()
     if static_engine:

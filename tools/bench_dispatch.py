@@ -9,7 +9,7 @@ outputs are checked to agree (global shape, placements, values). ``--write`` rep
 in docs/dispatch.md.
 
 ``--key python`` times the dispatcher with its Python cache key instead of the compiled one
-(``paddle_ext.compat.fast_key``, the default when it builds here).
+(``paddle_ext.compat.native.fast_key``, the default when it builds here).
     python tools/bench_dispatch.py [--calls 300] [--key compiled|python] [--write]
 """
 from __future__ import annotations
@@ -66,7 +66,7 @@ def bench_rank(calls: int, key: str = "compiled"):
     import paddle
 
     import paddle_ext.dispatch as pd
-    from paddle_ext.compat import fast_key
+    from paddle_ext.compat.native import fast_key
     fast_key.use(key == "compiled")
 
     mesh = dist.ProcessMesh([0, 1], dim_names=["x"])
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
     ap.add_argument("--write", action="store_true", help="write the table into docs/dispatch.md")
     args = ap.parse_args(argv)
     if args.key == "compiled":
-        from paddle_ext.compat import fast_key
+        from paddle_ext.compat.native import fast_key
         fast_key.use(True)   # build it here once (first use ~25 s), not in the timed ranks
     load_before = os.getloadavg()
     sys.path.insert(0, HERE)

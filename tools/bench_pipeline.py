@@ -95,7 +95,7 @@ def stage_costs(layer, needs_grad: bool, reps: int = 30) -> dict:
     cores), and the bytes one forward keeps alive."""
     import paddle
 
-    from paddle_ext.compat.pipelining import host_memory
+    from paddle_ext.compat.ports.pipelining import host_memory
     from paddle_ext.passes.runtime import DeferredLinearSplit
 
     split = DeferredLinearSplit()

@@ -76,7 +76,7 @@ def rank_bench(mib: int, repeat: int) -> dict:
     import numpy as np
     import paddle
 
-    from paddle_ext.compat.convert import to_paddle_placements
+    from paddle_ext.compat.ports.convert import to_paddle_placements
     from paddle_ext.reshard.dygraph import PaddleBackend, reshard
     from paddle_ext.reshard.exchange import exchange
     from paddle_ext.reshard.install import original_reshard
@@ -213,7 +213,7 @@ def per_call_rank(sizes, rounds: int, budget_ms: float) -> dict:
 
     dist.init_parallel_env()
     paddle_ext.install()
-    from paddle_ext.compat.convert import to_paddle_placements
+    from paddle_ext.compat.ports.convert import to_paddle_placements
     from paddle_ext.reshard import fast
     from paddle_ext.reshard.install import original_reshard
 

@@ -36,7 +36,7 @@ def main(argv=None) -> None:
     ap.add_argument("--n", type=int, default=20000)
     args = ap.parse_args(argv)
 
-    from paddle_ext.compat.spmd import dist_tensor_spec, phi_rule
+    from paddle_ext.compat.ports.spmd import dist_tensor_spec, phi_rule
     from paddle_ext.placements import DistSpec
     from paddle_ext.spmd import get_spmd_rule
 

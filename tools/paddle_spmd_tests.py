@@ -3,7 +3,7 @@
 Paddle's tests (``test/auto_parallel/spmd_rules/test_*_rule.py`` in the Paddle repository; they
 are not in the wheel) look their rule up with ``core.get_phi_spmd_rule(op)``. This tool runs
 each file in its own process with that lookup replaced: an op paddle-ext has a rule for gets
-paddle-ext's rule (called through the SPMD bridge, ``paddle_ext/compat/spmd_bridge.py``), any
+paddle-ext's rule (called through the SPMD bridge, ``paddle_ext/compat/ports/spmd_bridge.py``), any
 other op keeps Paddle's C++ rule. It prints, per file, how many tests passed and failed and
 each failure with its reason::
 

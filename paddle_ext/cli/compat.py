@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..compat.cpp_build import optional_file_lock
+from ..compat.native.cpp_build import optional_file_lock
 
 SECTION = "## Real models"
 BEGIN, END = "<!-- real-models-table:begin -->", "<!-- real-models-table:end -->"   # the table's bounds

@@ -29,7 +29,7 @@ def collect() -> dict:
         return report
     import paddle
 
-    from ..compat.internals import compiled_with
+    from ..compat.ports.internals import compiled_with
 
     built = compiled_with()
     gpu = built["cuda"]
@@ -40,7 +40,7 @@ def collect() -> dict:
         "device_count": paddle.device.cuda.device_count() if gpu else 0,
     })
     report["backend"] = "nccl" if gpu else "gloo"
-    from ..compat.static_engine import RING_FIXES, install_rings
+    from ..compat.ports.static_engine import RING_FIXES, install_rings
 
     fixes = {}
     for name, fix in {**FIXES, **RING_FIXES}.items():   # what paddle_ext.install() applies
@@ -54,10 +54,10 @@ def collect() -> dict:
         fixes[name]["applied"] = name in applied
     report["compat_fixes"] = fixes
     report["opt_in_fixes"] = _opt_ins()
-    from ..compat.registries import probe_all
+    from ..compat.ports.registries import probe_all
 
     report["registries"] = probe_all()
-    from ..compat import fast_key
+    from ..compat.native import fast_key
 
     built = fast_key.is_built()
     report["dispatch_key"] = {
@@ -76,8 +76,8 @@ def collect() -> dict:
 def _opt_ins() -> dict:
     """The fixes plain ``install()`` leaves off (each has a visible effect), with their switch
     and whether they are on in this process."""
-    from ..compat import outside_mesh
-    from ..compat.static_engine import STATIC_FIXES
+    from ..compat.fixes import outside_mesh
+    from ..compat.ports.static_engine import STATIC_FIXES
 
     out = {}
     for switch, table in (("install(static_engine=True)", STATIC_FIXES),

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..compat.cpp_build import optional_file_lock
+from ..compat.native.cpp_build import optional_file_lock
 from .profile import add_model_arguments
 
 DEFAULT_TOP = 10

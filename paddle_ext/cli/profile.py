@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ..compat.cpp_build import optional_file_lock
+from ..compat.native.cpp_build import optional_file_lock
 
 
 def run(args) -> int:

@@ -60,7 +60,7 @@ def register(subparsers) -> None:
 # -- list ---------------------------------------------------------------------------------------
 def _list(args) -> int:
     from ..spmd.opcases import CASES
-    from ..compat.spmd_bridge import paddle_has_rule
+    from ..compat.ports.spmd_bridge import paddle_has_rule
     from ..spmd.registry import REGISTRY, load_builtin_rules
 
     load_builtin_rules()

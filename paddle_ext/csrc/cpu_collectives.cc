@@ -23,8 +23,8 @@
 //   all-gather every rank's input, keep block `rank` of each rank's part -- an all_gather's
 //   traffic, n times an all_to_all's.
 //
-// Built by paddle_ext/compat/cpp_build.py (piece "cpu_collectives"); applied by
-// paddle_ext/compat/cpu_collectives.py.
+// Built by paddle_ext/compat/native/cpp_build.py (piece "cpu_collectives"); applied by
+// paddle_ext/compat/native/cpu_collectives.py.
 #include <elf.h>
 #include <link.h>
 #include <sys/mman.h>

@@ -1,7 +1,7 @@
 // paddle-ext: the dispatch fast path's cache key, read straight from the DistTensors.
 //
-// Built by paddle_ext/compat/cpp_build.py (piece "fast_key") against the installed Paddle's
-// headers; loaded by paddle_ext/compat/fast_key.py (which documents the key's contents).
+// Built by paddle_ext/compat/native/cpp_build.py (piece "fast_key") against the installed Paddle's
+// headers; loaded by paddle_ext/compat/native/fast_key.py (which documents the key's contents).
 #include <Python.h>
 
 #include <string>

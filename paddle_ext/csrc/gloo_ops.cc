@@ -7,8 +7,8 @@
 // the same ranks in the same order), and send_v2/recv_v2 have no CPU kernel at all. These ops
 // look their ring up in CommContextManager when they run.
 //
-// Built by paddle_ext/compat/cpp_build.py (piece "gloo_ops") against the installed Paddle's
-// headers; used by paddle_ext/compat/static_collectives.py, which rewrites a program's
+// Built by paddle_ext/compat/native/cpp_build.py (piece "gloo_ops") against the installed Paddle's
+// headers; used by paddle_ext/compat/ports/static_collectives.py, which rewrites a program's
 // send_v2/recv_v2/all_reduce/all_gather/broadcast/reduce_scatter into the pe_gloo_* ops below.
 //
 // reduce_scatter: the wheel exports no gloo reduce-scatter (GlooCommContext has none), so the op

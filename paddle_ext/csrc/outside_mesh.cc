@@ -12,7 +12,7 @@
 // device context that shares the CPU context's allocators and generators, so a kernel or a
 // reshard that asks for the place's context gets the CPU one. No memory is ever allocated on it.
 //
-// Built by paddle_ext/compat/cpp_build.py (piece "outside_mesh") against the installed Paddle's
+// Built by paddle_ext/compat/native/cpp_build.py (piece "outside_mesh") against the installed Paddle's
 // headers. The two macros below are how the wheel itself was built; without them the headers
 // leave out the custom-device declarations this file uses.
 #ifndef PADDLE_WITH_CUSTOM_DEVICE

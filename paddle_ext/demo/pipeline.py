@@ -38,7 +38,7 @@ class PipelineParallel:
         import paddle
         import paddle.distributed as dist
 
-        from ..compat.pipelining import pipeline_stage_class
+        from ..compat.ports.pipelining import pipeline_stage_class
         from ..passes.runtime import get_schedule, pipeline_group, split_model, stage_indices
         from ..passes.schedules import get_schedule_info
         from ..reshard import prepare_reshard_groups

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from ..compat import dispatch as cd
+from ..compat.ports import dispatch as cd
 from ..placements import Partial, Shard, format_placements
 from .audit_report import _ACTIVE, _LOCK, AuditEntry, AuditReport, record_dispatch  # noqa: F401 - public here too
 from .enable import _resolve

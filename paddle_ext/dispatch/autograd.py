@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import functools
 
-from ..compat import dispatch as cd
-from ..compat.convert import to_paddle_placements
+from ..compat.ports import dispatch as cd
+from ..compat.ports.convert import to_paddle_placements
 from ..placements import DistSpec, Partial, Replicate
 from ..reshard.fast import reshard as ext_reshard
 from .outputs import check_local, wrap

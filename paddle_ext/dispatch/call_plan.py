@@ -16,8 +16,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..compat import dispatch as cd
-from ..compat.convert import to_paddle_placements
+from ..compat.ports import dispatch as cd
+from ..compat.ports.convert import to_paddle_placements
 from ..errors import ShardingRuleError
 from ..placements import DistSpec, Partial, Replicate, Shard
 from .grad import GradPlan, grad_plan

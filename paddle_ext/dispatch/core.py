@@ -34,8 +34,8 @@ import contextlib
 import contextvars
 from typing import Callable, NamedTuple, Sequence
 
-from ..compat import dispatch as cd
-from ..compat.dispatch import DygraphRuntime, dygraph_runtime
+from ..compat.ports import dispatch as cd
+from ..compat.ports.dispatch import DygraphRuntime, dygraph_runtime
 from ..placements import format_placements
 from .audit_report import _ACTIVE, record_dispatch
 from .autograd import dispatch_function, reshard

@@ -21,7 +21,7 @@ import functools
 import inspect
 from typing import Callable
 
-from ..compat.dispatch import ignore_in_dy2static
+from ..compat.ports.dispatch import ignore_in_dy2static
 from ..errors import ShardingRuleError
 from .core import DispatchError, dispatch, get_rule, has_dist
 

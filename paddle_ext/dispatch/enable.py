@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 from typing import Iterable
 
-from ..compat.dispatch import Patcher, ignore_in_dy2static
+from ..compat.ports.dispatch import Patcher, ignore_in_dy2static
 from ..compat.version import require_paddle
 from ..errors import ShardingRuleError
 from ..spmd.registry import load_builtin_rules

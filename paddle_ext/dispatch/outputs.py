@@ -4,12 +4,12 @@ wrapped with the plan's placements and global shapes (dygraph).
 The local shapes are checked on every call: a rule whose output shapes or placements do not fit
 the function raises a :class:`~.rules.DispatchError` here instead of producing a DistTensor with
 the wrong global shape. ``dtensor_from_local`` (on the plan's owned C++ mesh) wraps an output it
-sizes right -- every sharded dim splits evenly -- and :func:`~paddle_ext.compat.dispatch.make_dist`
+sizes right -- every sharded dim splits evenly -- and :func:`~paddle_ext.compat.ports.dispatch.make_dist`
 the others (exact global shape for uneven shards).
 """
 from __future__ import annotations
 
-from ..compat import dispatch as cd
+from ..compat.ports import dispatch as cd
 from .call_plan import Plan
 from .rule_lookup import DispatchError
 

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from ..compat.dispatch import is_dist, is_tensor
+from ..compat.ports.dispatch import is_dist, is_tensor
 from .core import HandBack, dispatch
 
 

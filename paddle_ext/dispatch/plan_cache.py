@@ -11,7 +11,7 @@ its plans (:func:`forget`). The key is always the tuple
 * ``layout``: the inputs' global shapes, placements and mesh, read one of two ways that give
   the same plans --
 
-  * **compiled** (:mod:`paddle_ext.compat.fast_key`, once built): ``bytes`` read in C++ from
+  * **compiled** (:mod:`paddle_ext.compat.native.fast_key`, once built): ``bytes`` read in C++ from
     the DistTensors, for calls whose slots are all DistTensors on one mesh (~5 us next to the op);
   * **Python** (:func:`python_layout`): a tuple with, per slot, the global shape and Paddle's
     placements string of a DistTensor, ``("dense", shape)`` for a dense tensor, ``None`` or a
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..compat import fast_key
-from ..compat.dispatch import DygraphRuntime, dygraph_runtime
+from ..compat.native import fast_key
+from ..compat.ports.dispatch import DygraphRuntime, dygraph_runtime
 from ..spmd.registry import REGISTRY
 from .call_plan import Plan, make_plan
 from .slots import flatten_slots

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, Sequence
 
-from ..compat import dispatch as cd
+from ..compat.ports import dispatch as cd
 from ..placements import DistSpec, Partial, Replicate
 from ..spmd.result import make_result
 from .audit_report import record_dispatch

@@ -4,7 +4,7 @@ parameter (initial weights, first-step gradients and update) for :mod:`.grad_par
 GPT's reference is its non-auto class (``GPTForCausalLM``: the auto class's parameter names and
 shapes). Qwen and DeepSeek-V2 have no matching non-auto twin (DeepSeek-V2's non-auto MoE routes
 differently; Qwen's non-auto class computes other losses from the same weights), so theirs is the
-auto class run inside :func:`paddle_ext.compat.dense_api.identity_parallel_api`: every
+auto class run inside :func:`paddle_ext.compat.ports.dense_api.identity_parallel_api`: every
 ``shard_tensor``, ``reshard`` and ``LocalLayer`` conversion is an identity and the model is plain
 dense tensors. The one-process auto run (DistTensors on a one-rank mesh) is then a cross-check
 of this reference, not the reference itself.
@@ -22,7 +22,7 @@ from . import grad_parity
 from . import real_models as rm
 
 def _true_gradients() -> None:
-    from ..compat import fixes
+    from ..compat.fixes import table as fixes
 
     fixes.FIXES["bool-cast-grad"].apply()
 
@@ -36,7 +36,7 @@ def dense_run(model: str, optimizer: str = "sgd", steps: int = rm.STEPS, batch: 
     import paddle
     from paddle.distributed import fleet
 
-    from ..compat.dense_api import identity_parallel_api
+    from ..compat.ports.dense_api import identity_parallel_api
 
     rm._casual_mask_switch()
     _true_gradients()

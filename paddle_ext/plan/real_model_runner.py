@@ -21,7 +21,7 @@ import statistics
 from ..launcher import run_ranks
 from ..models.real_models import OUTSIDE_STATIC_MODE, train_layout
 from .candidates import Candidate
-from ..compat.cpp_build import optional_file_lock
+from ..compat.native.cpp_build import optional_file_lock
 from .host_steal import steal_meter
 from .runner import _cpu_rank_env, step_times
 

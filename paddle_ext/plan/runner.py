@@ -16,7 +16,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from ..compat.cpp_build import optional_file_lock
+from ..compat.native.cpp_build import optional_file_lock
 from .candidates import Candidate
 from .host_steal import steal_meter
 

@@ -19,12 +19,12 @@ import numpy as np
 import paddle
 import paddle.distributed as dist
 
-from ..compat.internals import expected_place
+from ..compat.ports.internals import expected_place
 from ..placements import DistSpec, parse_placements
 from .exact import dense_for, exact_locals
 from .layout import coord_in
 from .planner import plan_bytes, plan_reshard
-from ..compat.convert import to_paddle_placements
+from ..compat.ports.convert import to_paddle_placements
 from ..placements import format_placements
 from ..simulated_ranks import assemble
 from .dygraph import placements_of, reshard

@@ -25,12 +25,12 @@ from typing import Sequence
 import numpy as np
 import paddle
 
-from ..compat.convert import from_paddle_placements, mesh_shape, pad_placements, to_paddle_placements
-from ..compat.internals import expected_place
-from ..compat.mesh_reshape import local_mesh_reshape, reshape_placements
-from ..compat.buffers import fresh
+from ..compat.ports.convert import from_paddle_placements, mesh_shape, pad_placements, to_paddle_placements
+from ..compat.ports.internals import expected_place
+from ..compat.ports.mesh_reshape import local_mesh_reshape, reshape_placements
+from ..compat.ports.buffers import fresh
 from ..compat.version import require_paddle
-from ..compat.views import require_writable_views
+from ..compat.ports.views import require_writable_views
 from ..errors import ConversionError, PlacementError, ReshardPlanError
 from ..placements import DistSpec, format_placements
 from . import routing
@@ -66,7 +66,7 @@ class PaddleBackend:
         return math.prod(x.shape)
 
     def empty(self, shape, like):
-        return fresh(self.p, shape, like.dtype)   # huge pages for large CPU buffers (compat.buffers)
+        return fresh(self.p, shape, like.dtype)   # huge pages for large CPU buffers (compat.ports.buffers)
 
     def full(self, shape, value, like):
         return self.p.full(list(shape), value, dtype=like.dtype)
@@ -219,7 +219,7 @@ class PaddleBackend:
 
 
 def placements_of(x) -> tuple:
-    """paddle-ext placements of DistTensor ``x`` (co-shard included; see compat.convert)."""
+    """paddle-ext placements of DistTensor ``x`` (co-shard included; see compat.ports.convert)."""
     return from_paddle_placements(x.placements)
 
 

@@ -10,7 +10,7 @@ does:
 
 * **to Paddle**: Paddle's ``dist.reshard`` (hand-back decided from the key, nothing converted);
 * **mesh reshape** (same ranks, another mesh shape, every rank keeping its slice): a local
-  relabel (``compat.mesh_reshape``), in every process state;
+  relabel (``compat.ports.mesh_reshape``), in every process state;
 * **slice** (``R -> S(d)``, any plan of one local slice): a copy of this rank's slice, no
   communication;
 * **gather** (``S(0) -> R`` on a 1-D mesh that is the world or a prepared group, equal shards):
@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import os
 
-from ..compat.buffers import MIN_BYTES, fresh
-from ..compat.convert import from_paddle_placements, spec_of, to_paddle_placements
-from ..compat.fast_tensor import ops as _ops
-from ..compat.mesh_reshape import local_mesh_reshape, reshape_placements
-from ..compat.outside_mesh_hint import watch_mesh
-from ..compat.views import require_writable_views
+from ..compat.ports.buffers import MIN_BYTES, fresh
+from ..compat.ports.convert import from_paddle_placements, spec_of, to_paddle_placements
+from ..compat.ports.fast_tensor import ops as _ops
+from ..compat.ports.mesh_reshape import local_mesh_reshape, reshape_placements
+from ..compat.fixes.outside_mesh_hint import watch_mesh
+from ..compat.ports.views import require_writable_views
 from ..errors import ConversionError
 from ..placements import Partial, Replicate, Shard
 from . import dygraph, groups, routing
@@ -341,7 +341,7 @@ def _numel(shape) -> int:
 def _out(o, shape, dtype, itemsize):
     if _numel(shape) * itemsize < MIN_BYTES:
         return o.empty(shape, dtype)
-    return fresh(o.paddle, shape, dtype)   # huge pages for large CPU outputs (compat.buffers)
+    return fresh(o.paddle, shape, dtype)   # huge pages for large CPU outputs (compat.ports.buffers)
 
 
 def _gather(o, x, dims, group, exact):

@@ -2,7 +2,7 @@
 
 The rule above all: a program that runs on Paddle alone runs the same way, with the same values,
 after ``paddle_ext.install()``. So paddle-ext only takes a reshard it runs at least as well as
-Paddle does on the backend the call runs on (``compat.backend.backend_of``; docs/backends.md):
+Paddle does on the backend the call runs on (``compat.ports.backend.backend_of``; docs/backends.md):
 
 * **no parallel environment** (``dist.init_parallel_env()`` not called): Paddle's reshard
   creates its communicators lazily, paddle-ext's executor needs a process group, and creating
@@ -10,11 +10,11 @@ Paddle does on the backend the call runs on (``compat.backend.backend_of``; docs
   rendezvous on the job's store). So every reshard goes to Paddle, with one log line. The one
   exception is a job of one process on meshes of rank 0 alone: no communication is needed
   there and paddle-ext's executor runs without any group. A reshard between two meshes, which
-  Paddle's CPU wheel cannot survive (``compat.cpu_wheel``), is refused with a named error
+  Paddle's CPU wheel cannot survive (``compat.ports.cpu_wheel``), is refused with a named error
   instead of a SIGSEGV.
 * **a pure mesh reshape** (:func:`pure_mesh_reshape`: same ranks, another mesh shape, every rank
   keeping its slice) in any process state: done locally by paddle-ext's relabel
-  (``compat.mesh_reshape``), no communication, before any of the above.
+  (``compat.ports.mesh_reshape``), no communication, before any of the above.
 * **GLOO**: paddle-ext's executor, except what :func:`.native.native_is_exact` says Paddle does
   exactly and as cheaply (decided in :func:`.dygraph.reshard`).
 * **NCCL**: Paddle's native reshard, except the cases in :data:`NCCL_KEPT` (:func:`nccl_keeps`).
@@ -22,8 +22,8 @@ Paddle does on the backend the call runs on (``compat.backend.backend_of``; docs
 """
 from __future__ import annotations
 
-from ..compat.backend import GLOO, NCCL, backend_of, note_once, parallel_env_ready, route_unknown
-from ..compat.cpu_wheel import cross_mesh_reshard_crashes
+from ..compat.ports.backend import GLOO, NCCL, backend_of, note_once, parallel_env_ready, route_unknown
+from ..compat.ports.cpu_wheel import cross_mesh_reshard_crashes
 from ..errors import ReshardPlanError
 from ..placements import DistSpec, Partial, Replicate, Shard
 from .groups import group_for
@@ -127,7 +127,7 @@ def nccl_keeps(src: DistSpec, dst: DistSpec, s_ranks, d_ranks) -> str | None:
 def pure_mesh_reshape(src: DistSpec, dst: DistSpec, s_ranks, d_ranks) -> bool:
     """The same ranks in the same order on a mesh of another shape, no Partial on either side, and
     every rank holding the same slice of the tensor before and after: a change of mesh that moves
-    no data (done locally by :mod:`paddle_ext.compat.mesh_reshape`)."""
+    no data (done locally by :mod:`paddle_ext.compat.ports.mesh_reshape`)."""
     if tuple(s_ranks) != tuple(d_ranks) or tuple(src.mesh_shape) == tuple(dst.mesh_shape):
         return False
     if any(isinstance(p, Partial) for p in tuple(src.placements) + tuple(dst.placements)):

@@ -8,7 +8,7 @@
 * :mod:`.validator` -- ground truth on simulated ranks (false positives / negatives).
 
 Paddle's C++ rules and its calling convention reach the registry through one port,
-:class:`~.registry.PaddleRules`, which :mod:`paddle_ext.compat.spmd_bridge` connects on
+:class:`~.registry.PaddleRules`, which :mod:`paddle_ext.compat.ports.spmd_bridge` connects on
 ``import paddle_ext``.
 
 Pure API::

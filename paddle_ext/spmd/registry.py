@@ -20,7 +20,7 @@ the docstring states the rule in notation.
 a miss lists the close names. Registries are plain dicts (``reg.rules``) tests can inspect.
 
 Paddle comes in through one port, :class:`PaddleRules` (Paddle's C++ rules and its calling
-convention), which :mod:`paddle_ext.compat.spmd_bridge` connects when ``paddle_ext`` is imported:
+convention), which :mod:`paddle_ext.compat.ports.spmd_bridge` connects when ``paddle_ext`` is imported:
 this module imports neither Paddle nor compat.
 """
 from __future__ import annotations
@@ -151,7 +151,7 @@ def signature_of(op: str, fn: Callable) -> tuple[Param, ...]:
 
 # -- the port to Paddle -------------------------------------------------------------------------
 class PaddleRules(Protocol):
-    """What the registry needs from Paddle (served by :mod:`paddle_ext.compat.spmd_bridge`)."""
+    """What the registry needs from Paddle (served by :mod:`paddle_ext.compat.ports.spmd_bridge`)."""
 
     def has_rule(self, op: str) -> bool:
         """True when Paddle's C++ registry has a rule ``op`` (False without Paddle)."""
@@ -179,7 +179,7 @@ def paddle_rules() -> PaddleRules:
     """The connected :class:`PaddleRules` (``import paddle_ext`` connects it)."""
     if Registry.paddle is None:
         raise ShardingRuleError("Paddle's SPMD rules are not connected to paddle-ext's registry; import paddle_ext "
-                                "(it connects paddle_ext.compat.spmd_bridge)")
+                                "(it connects paddle_ext.compat.ports.spmd_bridge)")
     return Registry.paddle
 
 

@@ -28,7 +28,7 @@ import numpy as np
 import paddle
 import paddle.distributed as dist
 
-from paddle_ext.compat.pipelining import pipeline_stage_class
+from paddle_ext.compat.ports.pipelining import pipeline_stage_class
 from paddle_ext.errors import ScheduleError
 
 from ..schedules import get_schedule_info

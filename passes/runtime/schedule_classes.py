@@ -39,7 +39,7 @@ import paddle
 import paddle.distributed as dist
 
 from paddle_ext.breadcrumbs import record_action, recording
-from paddle_ext.compat import pipelining as pl
+from paddle_ext.compat.ports import pipelining as pl
 from paddle_ext.compat.version import require_paddle
 from paddle_ext.errors import ScheduleError
 

@@ -47,7 +47,7 @@ import paddle
 
 import paddle.distributed as dist
 
-from paddle_ext.compat.pipelining import pylayer_class
+from paddle_ext.compat.ports.pipelining import pylayer_class
 from paddle_ext.errors import ScheduleError
 
 __all__ = ["SplitStrategy", "DeferredLinearSplit", "RegradSplit", "get_split_strategy",

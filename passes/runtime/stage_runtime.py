@@ -34,7 +34,7 @@ import paddle
 import paddle.distributed as dist
 
 from paddle_ext.compat import from_paddle_placements, to_paddle_placements
-from paddle_ext.compat.pipelining import from_local, global_mesh
+from paddle_ext.compat.ports.pipelining import from_local, global_mesh
 from paddle_ext.errors import ScheduleError
 
 from .p2p import pair_group

@@ -26,7 +26,7 @@ from typing import FrozenSet, Optional
 
 import paddle
 
-from paddle_ext.compat.internals import pir_ops
+from paddle_ext.compat.ports.internals import pir_ops
 from paddle_ext.passes.static.program_split import result_users
 
 __all__ = ["BackwardSplit", "split_matmul_grads", "classify_backward"]

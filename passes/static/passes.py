@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import logging
 
-from paddle_ext.compat import static_engine
-from paddle_ext.compat.pipeline_registry import pipeline_pass_base, register_pipeline_pass, registered_pipeline_passes
-from paddle_ext.compat.static_plan import device_place_attr, make_plan, pass_utils
+from paddle_ext.compat.ports import static_engine
+from paddle_ext.compat.ports.pipeline_registry import pipeline_pass_base, register_pipeline_pass, registered_pipeline_passes
+from paddle_ext.compat.ports.static_plan import device_place_attr, make_plan, pass_utils
 from paddle_ext.errors import ScheduleError
 from paddle_ext.passes.schedules import SCHEDULES, get_schedule_info
 from paddle_ext.passes.static.bw_split import classify_backward, split_matmul_grads
@@ -113,7 +113,7 @@ def register_static_passes() -> list:
 
 def install_static() -> list[str]:
     """Make ``dist.to_static`` run pipeline parallelism on CPU/gloo with any of paddle-ext's
-    schedules: compat's static-Engine fixes (:func:`paddle_ext.compat.static_engine.install_static`),
+    schedules: compat's static-Engine fixes (:func:`paddle_ext.compat.ports.static_engine.install_static`),
     then this adapter's passes registered (:func:`register_static_passes`). Idempotent; returns
     the fixes in effect."""
     names = static_engine.install_static()

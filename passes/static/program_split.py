@@ -23,7 +23,7 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, 
 
 import paddle
 
-from paddle_ext.compat.internals import pir_ops
+from paddle_ext.compat.ports.internals import pir_ops
 from paddle_ext.errors import ScheduleError
 
 __all__ = ["assign_jobs", "split_program", "check_order", "handovers"]

@@ -46,7 +46,8 @@ def without_then_with_the_hook():
     import paddle
     import paddle.distributed as dist
     import paddle_ext
-    from paddle_ext.compat import FIXES, cpu_collectives
+    from paddle_ext.compat import FIXES
+    from paddle_ext.compat.native import cpu_collectives
 
     dist.init_parallel_env()
     names = paddle_ext.install()

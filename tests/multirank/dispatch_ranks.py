@@ -105,7 +105,7 @@ def _shard(a, mesh, mesh_shape, text):
     e.g. 5 rows over 4 ranks: its last slice starts past the end)."""
     import paddle.distributed as dist
 
-    from paddle_ext.compat.dispatch import make_dist
+    from paddle_ext.compat.ports.dispatch import make_dist
     from paddle_ext.placements import DistSpec, coord_of_rank
 
     spec = DistSpec(a.shape, mesh_shape, text)
@@ -128,7 +128,7 @@ def _full(t, mesh):
 
 def ops_fwd_bwd(names, world, key):
     """Run every op in ``names`` dense and distributed (under enable()); compare values and grads.
-    ``key``: the dispatcher's plan-cache key, "compiled" or "python" (compat.fast_key)."""
+    ``key``: the dispatcher's plan-cache key, "compiled" or "python" (compat.native.fast_key)."""
     import paddle.distributed as dist
     import paddle_ext
 
@@ -139,7 +139,8 @@ def ops_fwd_bwd(names, world, key):
     import paddle.nn.functional as F
 
     import paddle_ext.dispatch as pd
-    from paddle_ext.compat import fast_key, to_paddle_placements
+    from paddle_ext.compat.native import fast_key
+    from paddle_ext.compat import to_paddle_placements
 
     fast_key.use(key == "compiled")
     pd.enable()
@@ -342,7 +343,7 @@ def misc_checks():
     dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
     paddle_ext.install()
 
-    from paddle_ext.compat import fast_key
+    from paddle_ext.compat.native import fast_key
 
     fast_key.use(False)
     bad_python = bad_inputs()

@@ -23,7 +23,7 @@ def repeated_calls(cases, calls: int = 3):
     ``paddle_ext.reshard`` (check=True): the first call fills the cache, the others hit it."""
     import paddle.distributed as dist
     import paddle_ext
-    from paddle_ext.compat.convert import to_paddle_placements
+    from paddle_ext.compat.ports.convert import to_paddle_placements
     from paddle_ext.reshard import fast
 
     dist.init_parallel_env()

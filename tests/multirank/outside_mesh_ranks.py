@@ -152,7 +152,7 @@ def with_fix():
 
     # uninstall() restores Tensor.backward, set_value and the comparisons (the device stays): a
     # non-member's backward, set_value and comparison with a number fail again
-    from paddle_ext.compat import outside_mesh
+    from paddle_ext.compat.fixes import outside_mesh
 
     outside_mesh.uninstall()
     try:

@@ -214,7 +214,7 @@ def run_pp_tp(names, m=4, steps=2, lr=0.1):
             b.fc2.weight = dist.shard_tensor(b.fc2.weight, sub, [dist.Shard(0)])
             b.fc2.bias = dist.shard_tensor(b.fc2.bias, sub, [dist.Replicate()])
         pieces = split_model(pipe_blocks, n_stages)
-        from paddle_ext.compat.pipelining import pipeline_stage_class
+        from paddle_ext.compat.ports.pipelining import pipeline_stage_class
 
         stages = [pipeline_stage_class()(pieces[i], i, n_stages, group=group) for i in mine]
         sched = get_schedule(name)(stages, m, loss_fn=F.mse_loss)
@@ -231,7 +231,7 @@ def run_bad_inputs():
     import paddle.distributed as dist
     import paddle.nn.functional as F
 
-    from paddle_ext.compat.pipelining import pipeline_stage_class
+    from paddle_ext.compat.ports.pipelining import pipeline_stage_class
     from paddle_ext.errors import ScheduleError
     from paddle_ext.passes.runtime import get_schedule
 

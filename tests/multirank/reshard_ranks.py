@@ -33,7 +33,7 @@ def grad_checks(shapes=((4, 6), (5, 7))):
 
     from paddle_ext.reshard.checks import make_source, specs
     from paddle_ext.reshard.dygraph import placements_of, reshard
-    from paddle_ext.compat.convert import to_paddle_placements
+    from paddle_ext.compat.ports.convert import to_paddle_placements
     from paddle_ext.placements import format_placements
 
     n = dist.get_world_size()

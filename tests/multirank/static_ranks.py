@@ -237,7 +237,7 @@ def train_losses(cfg):
     if not cfg.get("no_static"):
         install_static()
     if cfg.get("paddle_r_to_p"):  # show Paddle's own R->P (zeros on a mesh without global rank 0)
-        from paddle_ext.compat.static_reshard import uninstall_static_reshard
+        from paddle_ext.compat.ports.static_reshard import uninstall_static_reshard
 
         uninstall_static_reshard()
     logger = logging.getLogger("paddle_ext")
@@ -261,7 +261,7 @@ def train_losses(cfg):
         times.append(time.perf_counter() - start)
         losses.append(None if loss is None else np.asarray(loss, dtype="float64").reshape(-1).tolist())
     if cfg.get("paddle_r_to_p"):
-        from paddle_ext.compat.static_reshard import install_static_reshard
+        from paddle_ext.compat.ports.static_reshard import install_static_reshard
 
         install_static_reshard()
     plan = dm._engine._job_plan
@@ -279,7 +279,7 @@ def world_group_again(cfg):
     import paddle.distributed as dist
     from paddle.base import core
 
-    from paddle_ext.compat.fixes import install as install_fixes
+    from paddle_ext.compat.fixes.table import install as install_fixes
 
     install_fixes()
     store = core.create_or_get_global_tcp_store()

@@ -135,7 +135,7 @@ def run_cases(cases, steps: int, ours: bool) -> dict:
     dist.init_parallel_env()  # a user's script joins the gloo world and turns paddle-ext on
     paddle_ext.install()
 
-    from paddle_ext.compat import static_reshard as sf
+    from paddle_ext.compat.ports import static_reshard as sf
 
     if ours:
         sf.install_static_reshard()
@@ -233,8 +233,8 @@ def program_cases(cases, ours: bool) -> list:
     from paddle.distributed.auto_parallel.static import pir_pass
     from paddle.distributed.auto_parallel.static.process_group import get_all_process_groups
 
-    from paddle_ext.compat.convert import to_paddle_placements
-    from paddle_ext.compat import static_reshard as sf
+    from paddle_ext.compat.ports.convert import to_paddle_placements
+    from paddle_ext.compat.ports import static_reshard as sf
 
     sf.install_static_reshard() if ours else sf.uninstall_static_reshard()
     pir = paddle.base.libpaddle.pir

@@ -14,7 +14,7 @@ TOL = 1e-4
 def compiled_key():
     """The dispatcher's compiled plan-cache key, built here once (first use ~25 s) so the ranks
     load it instead of each waiting for the build."""
-    from paddle_ext.compat import fast_key
+    from paddle_ext.compat.native import fast_key
 
     fast_key.use(True)
 

@@ -12,11 +12,11 @@ import pytest
 import paddle
 import paddle.distributed as dist
 
-from paddle_ext.compat import backend as be
-from paddle_ext.compat import fixes
+from paddle_ext.compat.ports import backend as be
+from paddle_ext.compat.fixes import table as fixes
 from paddle_ext.placements import DistSpec
 from paddle_ext.reshard import routing
-from paddle_ext.compat import static_reshard as sf
+from paddle_ext.compat.ports import static_reshard as sf
 
 pir = paddle.base.libpaddle.pir
 RT = paddle.base.core.ReduceType
@@ -147,9 +147,9 @@ def test_static_functions_decline_what_paddle_does_exactly_on_nccl(backend):
 
 def test_compat_fixes_ask_the_backend(backend):
     backend["name"] = "GLOO"
-    assert fixes._cpu_only()
+    assert be.job_on_gloo()
     backend["name"] = "NCCL"
-    assert not fixes._cpu_only()
+    assert not be.job_on_gloo()
 
 
 def test_a_cuda_build_running_gloo_keeps_the_cpu_fixes(backend, monkeypatch):
@@ -157,12 +157,12 @@ def test_a_cuda_build_running_gloo_keeps_the_cpu_fixes(backend, monkeypatch):
     monkeypatch.setattr(paddle.base.core, "is_compiled_with_cuda", lambda: True)
     monkeypatch.setattr(paddle, "is_compiled_with_cuda", lambda: True)
     backend["name"] = "GLOO"
-    assert fixes._cpu_only() and fixes.FIXES["static-gloo-groups"].needed()
+    assert be.job_on_gloo() and fixes.FIXES["static-gloo-groups"].needed()
     monkeypatch.setattr(dist, "is_initialized", lambda: False)  # before init_parallel_env: the device
     monkeypatch.setattr(paddle.device, "get_device", lambda: "cpu")
-    assert fixes._cpu_only()
+    assert be.job_on_gloo()
     monkeypatch.setattr(paddle.device, "get_device", lambda: "gpu:0")
-    assert not fixes._cpu_only()
+    assert not be.job_on_gloo()
 
 
 def test_patched_functions_hand_other_backends_to_paddles_original(backend, monkeypatch):

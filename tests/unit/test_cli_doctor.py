@@ -50,7 +50,7 @@ def test_doctor_json_lists_everything_and_passes():
     assert "pipeline_scheduler_FThenB" in regs["pass_registry"]["pipeline_schedulers"]
     assert regs["static_reshard_functions"]["count"] > 0
     assert report["usable"] is True
-    from paddle_ext.compat import fast_key
+    from paddle_ext.compat.native import fast_key
 
     assert report["dispatch_key"]["built"] == fast_key.is_built() and report["dispatch_key"]["disabled"] is False
 

@@ -7,7 +7,7 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_ext.compat import bool_cast_grad, fixes
+from paddle_ext.compat.fixes import bool_cast_grad, table as fixes
 
 X = np.array([1.0, 0.0, 2.0, -3.0], dtype="float32")
 C = np.array([5.0, 7.0, 11.0, 13.0], dtype="float32")

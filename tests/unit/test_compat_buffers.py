@@ -1,4 +1,4 @@
-"""Reshard output buffers and transparent huge pages (paddle_ext.compat.buffers).
+"""Reshard output buffers and transparent huge pages (paddle_ext.compat.ports.buffers).
 
 The kernel's own accounting is the witness: after the first write, /proc/self/smaps shows the
 buffer's mapping backed by huge pages (AnonHugePages) only when paddle-ext advised it, and the
@@ -12,11 +12,11 @@ import pytest
 
 import paddle  # noqa: E402 - required: a broken install fails here, never skips
 
-from paddle_ext.compat import buffers as memory  # noqa: E402
+from paddle_ext.compat.ports import buffers as memory  # noqa: E402
 
 PROBE = r"""
 import numpy as np, paddle
-from paddle_ext.compat import buffers as memory
+from paddle_ext.compat.ports import buffers as memory
 
 def huge_kib(ptr):
     # AnonHugePages of the mapping that holds ptr, in KiB

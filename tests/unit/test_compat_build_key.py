@@ -5,7 +5,7 @@ import re
 import paddle
 import pytest
 
-from paddle_ext.compat import cpp_build
+from paddle_ext.compat.native import cpp_build
 from paddle_ext.errors import CompatError
 
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 PROBE = """
-from paddle_ext.compat.views import views_write_through, require_writable_views
+from paddle_ext.compat.ports.views import views_write_through, require_writable_views
 from paddle_ext.errors import CompatError
 print("writes_through", views_write_through())
 try:

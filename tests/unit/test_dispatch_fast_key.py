@@ -1,4 +1,4 @@
-"""The dispatcher's compiled cache key (paddle_ext.compat.fast_key), single process.
+"""The dispatcher's compiled cache key (paddle_ext.compat.native.fast_key), single process.
 
 Ground truth for "same key" is what a plan depends on, read through Paddle's Python getters:
 global shape, placements and mesh (shape, process ids, dim names). The dispatcher must give the
@@ -14,7 +14,7 @@ import pytest
 import paddle  # noqa: E402 - required: a broken install fails here, never skips
 dist = paddle.distributed
 
-from paddle_ext.compat import cpp_build, fast_key  # noqa: E402
+from paddle_ext.compat.native import cpp_build, fast_key  # noqa: E402
 from paddle_ext.errors import CompatError  # noqa: E402
 from paddle_ext.placements import DistSpec  # noqa: E402
 
@@ -273,7 +273,7 @@ def test_the_builder_process_is_detached_and_not_a_harness_rank(monkeypatch, tmp
     monkeypatch.setenv("PADDLE_EXT_CACHE", str(tmp_path))
     monkeypatch.setattr(cpp_build.subprocess, "Popen", fake_popen)
     cpp_build.start_build("fast_key")
-    assert seen["cmd"][1:] == ["-m", "paddle_ext.compat.cpp_build", "fast_key"]
+    assert seen["cmd"][1:] == ["-m", "paddle_ext.compat.native.cpp_build", "fast_key"]
     assert seen["start_new_session"] is True
     assert "PADDLE_EXT_HARNESS_TAG" not in seen["env"]
 

@@ -12,7 +12,7 @@ import pytest
 import paddle  # noqa: E402 - required: a broken install fails here, never skips
 dist = paddle.distributed
 
-from paddle_ext.compat import fast_key  # noqa: E402
+from paddle_ext.compat.native import fast_key  # noqa: E402
 from paddle_ext.dispatch import DispatchError, autograd, core, dispatch, plan_cache  # noqa: E402
 
 

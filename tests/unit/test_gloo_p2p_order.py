@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paddle_ext.compat.gloo_p2p import deadlock_free_order
+from paddle_ext.compat.fixes.gloo_p2p import deadlock_free_order
 
 
 @dataclass(frozen=True)

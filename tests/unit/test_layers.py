@@ -89,12 +89,12 @@ def test_fixed_violation_must_leave_the_baseline(tmp_path):
     forbidden = 'forbidden_modules = ["paddle", "paddle_ext.compat", "paddle_ext.testing"]\n'
     config = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     assert forbidden in config
-    config = config.replace(forbidden, forbidden + 'ignore_imports = ["paddle_ext.spmd.compare -> paddle_ext.compat.spmd"]\n', 1)
+    config = config.replace(forbidden, forbidden + 'ignore_imports = ["paddle_ext.spmd.compare -> paddle_ext.compat.ports.spmd"]\n', 1)
     (tmp_path / "pyproject.toml").write_text(config, encoding="utf-8")
     baseline = {**check_layers.load_baseline(), "internal_references": {"paddle_ext/reshard/dygraph.py": 1}}
     rep = check_layers.check(root, config=tmp_path / "pyproject.toml", baseline=baseline)
     assert not rep.ok
-    assert any("No matches for ignored import paddle_ext.spmd.compare -> paddle_ext.compat.spmd" in f
+    assert any("No matches for ignored import paddle_ext.spmd.compare -> paddle_ext.compat.ports.spmd" in f
                and "delete its ignore_imports entry" in f for f in rep.failures), rep.failures
     assert any("paddle_ext/reshard/dygraph.py: 0 Paddle-internal lines, baseline 1" in s for s in rep.stale)
 

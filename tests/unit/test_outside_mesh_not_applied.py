@@ -10,7 +10,8 @@ import pytest
 from paddle.base import core
 
 import paddle_ext
-from paddle_ext.compat import backend, outside_mesh
+from paddle_ext.compat.ports import backend
+from paddle_ext.compat.fixes import outside_mesh
 
 
 def _leaves_paddle_alone(caplog, match):

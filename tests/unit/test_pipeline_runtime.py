@@ -261,7 +261,7 @@ def test_profiled_step_times_every_action_with_the_action_clock():
 
     import paddle
 
-    from paddle_ext.compat.pipelining import action_clock
+    from paddle_ext.compat.ports.pipelining import action_clock
     from paddle_ext.passes.runtime import build_stages, get_schedule, split_model
 
     assert action_clock() is time.perf_counter   # this machine runs on the CPU

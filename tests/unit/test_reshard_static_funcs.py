@@ -15,7 +15,7 @@ from paddle.distributed.auto_parallel.static.reshard_funcs import base_reshard_f
 from paddle_ext.errors import ReshardPlanError  # noqa: E402
 from paddle_ext.placements import DistSpec  # noqa: E402
 from paddle_ext.reshard import plan_bytes, plan_reshard  # noqa: E402
-from paddle_ext.compat import static_reshard as sf  # noqa: E402
+from paddle_ext.compat.ports import static_reshard as sf  # noqa: E402
 
 pir = paddle.base.libpaddle.pir
 RT = paddle.base.core.ReduceType

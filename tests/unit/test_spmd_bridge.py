@@ -11,7 +11,7 @@ checked on simulated ranks against the dense result.
 """
 import pytest
 
-from paddle_ext.compat import spmd as spmd_compat
+from paddle_ext.compat.ports import spmd as spmd_compat
 from paddle_ext.errors import PaddleExtError, PlacementError, ShardingRuleError
 from paddle_ext.placements import DistSpec
 from paddle_ext.spmd.registry import get_spmd_rule

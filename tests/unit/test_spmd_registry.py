@@ -80,7 +80,7 @@ def test_spmd_unknown_attribute_suggests(reg):
 
 
 def test_spmd_paddle_calling_convention_returns_dist_attrs():
-    from paddle_ext.compat.spmd import dist_tensor_spec
+    from paddle_ext.compat.ports.spmd import dist_tensor_spec
 
     x = dist_tensor_spec(DistSpec((4, 8), (2,), "[S(1)]"))
     y = dist_tensor_spec(DistSpec((8, 6), (2,), "[R]"))

@@ -9,7 +9,7 @@ import paddle
 import paddle.distributed as dist
 import pytest
 
-from paddle_ext.compat.fixes import FIXES
+from paddle_ext.compat.fixes.table import FIXES
 
 
 @pytest.fixture

@@ -121,8 +121,8 @@ def test_one_generated_schedule_gives_every_ranks_jobs(name, p, m, monkeypatch):
 
 # -- the schedule_mode registry Paddle sees (imports Paddle; no ranks) --------------------
 def test_unknown_schedule_mode_lists_the_available_names():
-    from paddle_ext.compat.pipeline_registry import (available_schedule_modes, registered_pipeline_passes,
-                                                     resolve_schedule_mode)
+    from paddle_ext.compat.ports.pipeline_registry import (available_schedule_modes, registered_pipeline_passes,
+                                                           resolve_schedule_mode)
     from paddle_ext.passes.static.passes import install_static, registered_name
 
     install_static()

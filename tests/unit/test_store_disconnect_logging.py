@@ -1,11 +1,11 @@
 """The gloo-group store fix hangs up on each store it starts, once cleanly and once by reset, so
 the server's two disconnect log sites are initialised while the process is healthy (a first
-disconnect during interpreter exit aborts a Paddle 3.3.1 process: paddle_ext/compat/gloo_groups.py).
+disconnect during interpreter exit aborts a Paddle 3.3.1 process: paddle_ext/compat/fixes/gloo_groups.py).
 Here a plain socket server stands in for the store and records what each connection ended with."""
 import socket
 import threading
 
-from paddle_ext.compat.gloo_groups import _initialise_disconnect_logging
+from paddle_ext.compat.fixes.gloo_groups import _initialise_disconnect_logging
 
 
 def _serve(server: socket.socket, endings: list) -> None:

@@ -1,0 +1,55 @@
+"""What a compat fix is: a named, revertible change to Paddle, and how a set of them is applied.
+
+A :class:`Fix` says whether this Paddle needs it (``needed()``, checked on the real object, not
+guessed from the version), installs itself idempotently (``apply()``) and restores Paddle's
+originals (``revert()``). The tables of fixes live in :mod:`paddle_ext.compat.fixes` (the fixes
+``paddle_ext.install()`` applies) and in :mod:`paddle_ext.compat.ports.static_engine` (the static
+Engine's). Importing this module imports no Paddle.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass
+class Fix:
+    name: str
+    summary: str
+    _needed: Callable[[], bool]
+    _apply: Callable[[], tuple]  # returns (owner, attribute, original) triples to restore
+    _undo: Callable[[], object] | None = None   # what revert() undoes besides the triples
+    _saved: list = field(default_factory=list)
+
+    def needed(self) -> bool:
+        return self._needed()
+
+    def is_applied(self) -> bool:
+        return bool(self._saved)
+
+    def apply(self) -> bool:
+        """Apply once; returns True if this call changed anything."""
+        if self._saved or not self._needed():
+            return False
+        self._saved = list(self._apply())
+        return True
+
+    def revert(self) -> None:
+        for owner, attr, original in reversed(self._saved):
+            setattr(owner, attr, original)
+        if self._saved and self._undo is not None:
+            self._undo()
+        self._saved = []
+
+
+def apply_fixes(fixes: dict) -> list[str]:
+    """Apply every fix of ``fixes`` this Paddle needs (idempotent); returns the names in effect."""
+    for fix in fixes.values():
+        fix.apply()
+    return [name for name, fix in fixes.items() if fix.is_applied()]
+
+
+def revert_fixes(fixes: dict) -> None:
+    """Restore Paddle's originals, last fix first."""
+    for fix in reversed(list(fixes.values())):
+        fix.revert()

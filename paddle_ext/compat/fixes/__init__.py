@@ -1,0 +1,1 @@
+"""The named, revertible fixes ``paddle_ext.install()`` applies to Paddle (the table: :mod:`.table`)."""

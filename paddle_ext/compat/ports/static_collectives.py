@@ -1,0 +1,208 @@
+"""The static Engine's collectives on gloo (CPU): communicators by ranks, and the rewrite of a
+program's collectives into paddle-ext's ring-aware gloo ops.
+
+Why (the C++ source says it at length, ``paddle_ext/csrc/gloo_ops.cc``): on CPU every static
+collective kernel uses the communicator of the first collective the process built, and
+``send_v2``/``recv_v2`` have no CPU kernel. :func:`lower_collectives` rewrites ``send_v2``,
+``recv_v2``, ``all_reduce``, ``all_gather``, ``broadcast`` and ``reduce_scatter`` (the ZeRO
+gradient reshard, Partial -> Shard; no CPU kernel at all) into ``pe_gloo_*`` ops that look their
+communicator up by name when they run.
+
+Communicators are named by their ordered ranks (:func:`comm_key`), never by ring id (Paddle
+numbers static groups in a rank-dependent order), and every rank creates its own in one global
+order (:func:`wanted_communicators`, :func:`create_communicators`). Point-to-point uses one
+2-rank channel per direction (:func:`p2p_key`); a send enqueues and returns, a per-channel
+thread does the blocking gloo send, so a rank only waits in receives.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+
+from paddle.base import core
+from paddle.distributed.auto_parallel.static.process_group import get_all_process_groups
+from paddle.distributed.auto_parallel.static.process_group import get_process_group
+from paddle.distributed.collective import _get_global_group
+import paddle
+
+from ...errors import ScheduleError
+from ..native.cpp_build import build_and_load, paths
+
+logger = logging.getLogger("paddle_ext.static")
+
+
+def gloo_ops_dir() -> str:
+    """Where the ops are built (``PADDLE_EXT_CACHE`` or ~/.cache/paddle_ext), per Paddle version."""
+    return paths("gloo_ops")[0]
+
+
+@functools.cache
+def load_gloo_ops():
+    """Build (first use, ~30 s, then cached) and load the gloo collective ops; returns the module
+    (loaded once per process).
+
+    Ranks of one launch share the build (:mod:`.cpp_build`)."""
+    return build_and_load("gloo_ops")
+
+
+def comm_key(ranks) -> str:
+    """The communicator of an ordered group of global ranks (same text on every member)."""
+    return "paddle_ext:" + ",".join(str(int(r)) for r in ranks)
+
+
+def p2p_key(sender: int, receiver: int) -> str:
+    """The one-direction point-to-point channel ``sender -> receiver`` (its ranks: [sender, receiver])."""
+    return f"paddle_ext:p2p:{int(sender)}>{int(receiver)}"
+
+
+def wanted_communicators() -> list:
+    """``(key, ordered ranks)`` of every communicator the static groups need, in one global order.
+
+    Paddle numbers static groups in a rank-dependent order (ranks 0,1 may call [0,1] ring 31
+    while ranks 2,3 call [2,3] ring 31), so a communicator is named by its ranks, never by its
+    ring id, and every rank creates its own in the same (sorted) order: rendezvous among the
+    members of the first unfinished one always completes."""
+
+    wanted = set()
+    for group in get_all_process_groups():
+        ranks = tuple(int(r) for r in group.ranks)
+        if len(ranks) >= 2:
+            wanted.add((comm_key(ranks), ranks))
+        if group.group_type == "p2p" and len(ranks) == 2:
+            for s_, r_ in (ranks, ranks[::-1]):
+                wanted.add((p2p_key(s_, r_), (s_, r_)))
+    return sorted(wanted, key=lambda item: (len(item[1]), item[1], item[0]))
+
+
+_CREATED: set = set()  # communicators this process created (CommContextManager has no Python lookup)
+
+
+def create_communicators() -> list:
+    """Create this rank's communicators of :func:`wanted_communicators`; returns the new keys."""
+
+    rank = paddle.distributed.get_rank()
+    store = core.create_or_get_global_tcp_store()
+    made = []
+    for key, ranks in wanted_communicators():
+        if rank in ranks and key not in _CREATED:
+            core.CommContextManager.create_gloo_comm_context(store, key, ranks.index(rank), len(ranks))
+            _CREATED.add(key)
+            made.append(key)
+    return made
+
+
+# phi ReduceType (kRedSum, kRedMax, kRedMin, kRedProd) -> GlooCommContext's ReduceOp
+_GLOO_REDUCE = {0: 0, 1: 2, 2: 3, 3: 4}
+COLLECTIVES = ("pd_op.send_v2", "pd_op.recv_v2", "pd_op.all_reduce", "pd_op.all_reduce_", "pd_op.all_gather",
+               "pd_op.broadcast", "pd_op.broadcast_", "pd_op.reduce_scatter")
+#: collectives Paddle has no CPU kernel for (send/recv aside): lowered even on a single ring
+NO_CPU_KERNEL = ("pd_op.reduce_scatter",)
+#: what a program keeps until the pipeline pass has classified its jobs by op name
+NOT_P2P = tuple(n for n in COLLECTIVES if n not in ("pd_op.send_v2", "pd_op.recv_v2"))
+
+
+def lower_collectives(program, rank: int, names=COLLECTIVES, ops=None) -> dict:
+    """Rewrite the collectives ``names`` of ``program`` into the gloo ops; returns counts by op
+    name. Groups of one rank are left to Paddle (which removes them); an unsupported reduce or
+    a ring that is not a static process group raises :class:`ScheduleError`."""
+
+    ops = ops or load_gloo_ops()
+    counts: dict = {}
+    with paddle.static.program_guard(program):
+        for op in list(program.global_block().ops):
+            name = op.name()
+            if name not in names:
+                continue
+            attrs = op.attrs()
+            group = get_process_group(attrs["ring_id"])
+            if group is None:
+                raise ScheduleError(f"{name} on ring {attrs['ring_id']}: no static process group with that id; "
+                                    "the program was not built by the Engine's reshard pass")
+            if len(group.ranks) < 2:
+                continue
+            ring = comm_key(group.ranks)
+            paddle.pir.set_insertion_point(op)
+            if name in ("pd_op.send_v2", "pd_op.recv_v2"):
+                peer = int(group.ranks[attrs["peer"]])
+                if name == "pd_op.send_v2":
+                    new = ops.pe_gloo_send(op.operand_source(0), p2p_key(rank, peer), 1)
+                else:
+                    like = paddle._C_ops.empty(list(attrs["out_shape"]), attrs["dtype"], paddle.CPUPlace())
+                    new = ops.pe_gloo_recv(like, p2p_key(peer, rank), 0)
+                    op.result(0).replace_all_uses_with(new)
+            else:
+                x = op.operand_source(0)
+                if name.startswith("pd_op.all_reduce"):
+                    if attrs["reduce_type"] not in _GLOO_REDUCE:
+                        raise ScheduleError(f"{name} on {ring} with reduce_type {attrs['reduce_type']}: gloo "
+                                            "supports sum, max, min and prod; use one of them")
+                    new = ops.pe_gloo_all_reduce(x, ring, _GLOO_REDUCE[attrs["reduce_type"]])
+                elif name == "pd_op.all_gather":
+                    new = ops.pe_gloo_all_gather(x, ring, attrs["nranks"])
+                elif name == "pd_op.reduce_scatter":  # sum only (Paddle's static P -> S asserts it)
+                    new = ops.pe_gloo_reduce_scatter(x, ring, attrs["nranks"])
+                else:
+                    new = ops.pe_gloo_broadcast(x, ring, attrs["root"])
+                op.result(0).replace_all_uses_with(new)
+            op.erase()
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+_EVENT_ATTRS = ("force_record_event", "event_to_record", "events_to_wait")
+
+
+def strip_stream_events(program) -> int:
+    """Remove the cross-job stream events Paddle's 1F1B/VPP passes put around send/recv.
+
+    They order GPU streams; the CPU executor runs every op in order on the host, and an event
+    recorded by an op that the gloo rewrite replaced would be waited for forever."""
+    count = 0
+    for op in program.global_block().ops:
+        for attr in _EVENT_ATTRS:
+            if op.has_attr(attr):
+                op.erase_attr(attr)
+                count += 1
+    return count
+
+
+def eager_barrier() -> None:
+    """A barrier on the world's dygraph gloo group, whatever mode Paddle is in (``dist.barrier``
+    builds a static op in static mode)."""
+
+    _get_global_group().process_group.barrier().wait()
+
+
+def engine_programs(engine, mode) -> list:
+    """What ``engine`` runs for ``mode``: each job program of the pipeline plan, else the dense
+    main program."""
+    plan = engine._job_plan
+    return ([plan.ir_program(t) for t in plan.job_types()] if plan is not None
+            else [engine._pir_dense_main_progs[mode]])
+
+
+def collective_rings(programs, names=NOT_P2P) -> list:
+    """The communicators (:func:`comm_key`, sorted) the collectives ``names`` of ``programs``
+    run on; groups of one rank and rings that are not static process groups are left out."""
+    rings = set()
+    for program in programs:
+        for op in program.global_block().ops:
+            if op.name() in names:
+                group = get_process_group(op.attrs()["ring_id"])
+                if group is not None and len(group.ranks) >= 2:
+                    rings.add(comm_key(group.ranks))
+    return sorted(rings)
+
+
+def lower_engine_collectives(engine, mode, names=COLLECTIVES) -> dict:
+    """:func:`lower_collectives` of ``names`` (default: send/recv included) on what ``engine``
+    runs for ``mode`` (:func:`engine_programs`), stream events stripped."""
+
+    rank = paddle.distributed.get_rank()
+    total: dict = {}
+    for program in engine_programs(engine, mode):
+        strip_stream_events(program)
+        for name, n in lower_collectives(program, rank, names=names).items():
+            total[name] = total.get(name, 0) + n
+    logger.info("rank %d: collectives on gloo ops: %s", rank, total)
+    return total
