@@ -116,3 +116,12 @@ def install(static_engine: bool = False, pipeline_by_annotation: bool = False,
     if ranks_outside_mesh:
         names += outside
     return names
+
+
+def apply_plan(model, optimizer, plan):
+    """Apply a plan written by ``paddle-ext plan --model pkg.module:factory --emit DIR`` (its
+    ``plan.json``, that directory, or the dict) with ``dist.parallelize`` on this rank; returns
+    ``(model, optimizer)``. See :mod:`paddle_ext.plan.apply` and docs/plan.md."""
+    from .plan.apply import apply_plan as _apply
+
+    return _apply(model, optimizer, plan, install)

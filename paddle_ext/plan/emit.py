@@ -24,13 +24,14 @@ written as their names (``"ColWiseParallel"``) and split points as ``"END"``;
 * ``replicated``: the layers kept whole on every rank, with why (never guessed).
 
 >>> from paddle_ext.parallel_plan import parse_plan
->>> class T: blocks_prefix, block_names, column, row, replicated = "blocks", ("blocks.0", "blocks.1"), ("fc1",), ("fc2",), ()
+>>> class T: blocks_prefix, block_names, column, row, replicated, blocks_cover = "blocks", ("blocks.0", "blocks.1"), ("fc1",), ("fc2",), (), True
 >>> cfg = parallelize_config(T, parse_plan("pp2-tp2:1F1B:m1"), "my.model:build", n_pieces=4)
 >>> cfg["mesh"], cfg["mp_config"], cfg["pp_config"], cfg["schedule"]["applied_by"]
 ({'shape': [2, 1, 2], 'dim_names': ['pp', 'dp', 'mp']}, {'parallelize_plan': {'blocks.*.fc1': 'ColWiseParallel', 'blocks.*.fc2': 'RowWiseParallel'}}, {'split_spec': {'blocks.0': 'END'}}, 'dist.parallelize')
 """
 from __future__ import annotations
 
+import re
 from typing import List
 
 from .stage_cost import split_sizes
@@ -76,9 +77,25 @@ def _index(name: str, block_names) -> int:
     return list(block_names).index(name)
 
 
-def _pattern(prefix: str, name: str) -> str:
-    """``blocks.*.fc1``: Paddle's ``tensor_parallel`` matches it against every block's layer."""
-    return f"{prefix}.*.{name}" if prefix else f"*.{name}"
+def _pattern(trace, name: str) -> str:
+    """``blocks.*.fc1`` when the blocks are all of their container's children, else the blocks
+    named one by one (``(?:layers\\.1|layers\\.2)\\.fc1``): Paddle's ``tensor_parallel`` matches the
+    pattern as a regular expression against every layer's full name."""
+    if trace.blocks_prefix and getattr(trace, "blocks_cover", False):
+        return f"{trace.blocks_prefix}.*.{name}"
+    return "(?:" + "|".join(re.escape(b) for b in trace.block_names) + ")\\." + name
+
+
+class Targets:
+    """What :func:`parallelize_config` needs of a traced model, read back from its
+    ``ModelDesc.config`` (where :func:`~.trace_layer.trace_user_model` writes it)."""
+
+    def __init__(self, config: dict):
+        self.blocks_prefix = config.get("blocks")
+        self.block_names = tuple(config.get("block_names", ()))
+        self.column, self.row = tuple(config.get("column", ())), tuple(config.get("row", ()))
+        self.replicated = tuple(tuple(r) for r in config.get("replicated", ()))
+        self.blocks_cover = bool(config.get("blocks_cover"))
 
 
 def parallelize_config(trace, plan, spec: str, n_pieces: int) -> dict:
@@ -94,8 +111,8 @@ def parallelize_config(trace, plan, spec: str, n_pieces: int) -> dict:
     if plan.tp > 1:
         if not trace.column:
             raise EmitError(f"plan {plan.name}: tensor parallelism without a column/row pair in the blocks")
-        tp_plan = {_pattern(trace.blocks_prefix, n): "ColWiseParallel" for n in trace.column}
-        tp_plan.update({_pattern(trace.blocks_prefix, n): "RowWiseParallel" for n in trace.row})
+        tp_plan = {_pattern(trace, n): "ColWiseParallel" for n in trace.column}
+        tp_plan.update({_pattern(trace, n): "RowWiseParallel" for n in trace.row})
         cfg["mp_config"] = {"parallelize_plan": tp_plan}
     if plan.pp > 1:
         cfg["pp_config"] = {"split_spec": {n: "END" for n in split_points(trace.block_names, n_pieces, plan)}}
@@ -186,4 +203,4 @@ def snippet(cfg: dict) -> str:
     return text + _PARALLELIZE
 
 
-__all__ = ["BY_ANNOTATION", "FORMAT", "PLAN_CLASSES", "expressible", "parallelize_config", "snippet", "split_points"]
+__all__ = ["BY_ANNOTATION", "FORMAT", "PLAN_CLASSES", "Targets", "expressible", "parallelize_config", "snippet", "split_points"]

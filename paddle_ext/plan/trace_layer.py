@@ -17,7 +17,8 @@ cannot run is refused before it is described. What the trace finds:
   that read no weight) is column-parallel, the Linear it reaches row-parallel (attention's q, k, v
   all reach the output projection; an MLP's up reaches its down). A Linear already row-parallel is
   never also column-parallel (a chain of three keeps the third whole). Only pairs found in every
-  block at the same relative names are planned;
+  block at the same relative names are planned; the tensor-parallel degree must divide their
+  widths and the heads a reshape between them splits into (``[..., heads, head_dim]``);
 * **the batch and the sequence**: per op, which dim carries the batch (None: it does not); the
   sequence is dim 1 of the first block's input, and the ops whose output has a dim of that size
   besides the batch are listed as carrying it;
@@ -39,6 +40,9 @@ from .user_model import UserModel, dense_step
 
 _SKIP = ("builtin.", "pd_op.data", "pd_op.full", "pd_op.full_int_array", "pd_op.assign_value")
 TRACE_BATCHES = (3, 5)
+# what ``paddle-ext profile`` times the dispatch and the pipeline runtime on for a user's model:
+# the demo GPT's block (the profile's other figures are the traced model's own matmul shapes)
+PROFILE_CONFIG = {"vocab": 64, "seq_len": 16, "d_model": 32, "n_heads": 4, "d_ff": 64, "n_layers": 4}
 _NORMS = ("LayerNorm", "RMSNorm", "BatchNorm", "BatchNorm1D", "BatchNorm2D", "GroupNorm", "InstanceNorm1D",
           "InstanceNorm2D")
 
@@ -75,6 +79,11 @@ class UserTrace:
     batch_ops: int                               # ops whose output carries the batch
     ops: List[TracedOp] = field(default_factory=list, repr=False)
 
+    @property
+    def blocks_cover(self) -> bool:
+        """True when the blocks are every child of their container (``blocks.*`` names them all)."""
+        return bool(self.model.config.get("blocks_cover"))
+
     def to_json(self) -> dict:
         return {"model": self.model.name, "blocks": self.blocks_prefix, "n_blocks": len(self.block_names),
                 "column_parallel": list(self.column), "row_parallel": list(self.row),
@@ -88,25 +97,34 @@ def _param_sig(layer) -> tuple:
     return tuple((n, tuple(int(d) for d in p.shape)) for n, p in layer.named_parameters())
 
 
+def _runs(children):
+    """Runs of two or more consecutive children with one class and the same parameter shapes."""
+    run: list = []
+    for name, child in children:
+        sig = (type(child), _param_sig(child))
+        if run and sig == run[0][2] and sig[1]:
+            run.append((name, child, sig))
+            continue
+        if len(run) >= 2:
+            yield run
+        run = [(name, child, sig)]
+    if len(run) >= 2:
+        yield run
+
+
 def find_blocks(layer: paddle.nn.Layer) -> Tuple[Optional[str], Tuple[str, ...]]:
-    """``(container path, child paths)`` of the repeated layers: a LayerList or Sequential whose
-    two or more children share a class and parameter shapes, the largest by parameter count
-    (``(None, ())`` when there is none)."""
+    """``(container path, child paths)`` of the repeated layers: two or more consecutive children of
+    a LayerList or Sequential with one class and the same parameter shapes, the largest run by
+    parameter count (``(None, ())`` when there is none)."""
     best, best_size = (None, ()), 0
     for path, sub in layer.named_sublayers(include_self=True):
         if not isinstance(sub, (paddle.nn.LayerList, paddle.nn.Sequential)):
             continue
-        children = list(sub.named_children())
-        if len(children) < 2:
-            continue
-        first = children[0][1]
-        sig = _param_sig(first)
-        if not sig or any(type(c) is not type(first) or _param_sig(c) != sig for _, c in children):
-            continue
-        size = len(children) * sum(math.prod(s) for _, s in sig)
-        if size > best_size:
-            prefix = f"{path}." if path else ""
-            best, best_size = (path, tuple(prefix + n for n, _ in children)), size
+        for run in _runs(list(sub.named_children())):
+            size = len(run) * sum(math.prod(s) for _, s in run[0][2][1])
+            if size > best_size:
+                prefix = f"{path}." if path else ""
+                best, best_size = (path, tuple(prefix + n for n, _, _ in run)), size
     return best
 
 
@@ -391,8 +409,16 @@ def trace_user_model(um: UserModel) -> UserTrace:
     seq = per_sample_in[0] if len(per_sample_in) >= 2 else 1
     widths = [int(dict(um.layer.named_sublayers())[n].weight.shape[1 if r == "column" else 0])
               for n, r in roles.items()]
-    split = math.gcd(*widths) if widths else 1
-    config = {"factory": um.spec, "batch": um.batch_size, "blocks": prefix, "n_layers": len(block_names)}
+    # attention heads: a reshape between a column and a row Linear into [..., heads, head_dim]
+    heads = [op.out[-2] for layer in layers if layer.kind == "block" for op in layer.ops
+             if op.name == "reshape" and op.tp == "heads" and len(op.out) >= 3]
+    split = math.gcd(*widths, *heads) if widths else 1
+    container = dict(um.layer.named_sublayers(include_self=True)).get(prefix) if block_names else None
+    cover = container is not None and len(list(container.named_children())) == len(block_names)
+    config = {"factory": um.spec, "batch": um.batch_size, "blocks": prefix, "n_layers": len(block_names),
+              "blocks_cover": cover,
+              "block_names": list(block_names), "column": list(col_rel), "row": list(row_rel),
+              "replicated": [list(r) for r in replicated], "profile_config": dict(PROFILE_CONFIG)}
     model = ModelDesc(um.spec, layers, hidden, split, split, seq, 0, 4, "traced", config)
     seq_ops = sum(1 for op in ops if seq > 1 and any(d == seq for i, d in enumerate(op.out) if i != op.batch_dim))
     return UserTrace(model, prefix, block_names, col_rel, row_rel, tuple(replicated), seq, seq_ops,

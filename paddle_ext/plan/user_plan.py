@@ -13,10 +13,13 @@ import json
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from .emit import expressible, parallelize_config, snippet
+from .emit import Targets, expressible, parallelize_config, snippet
 from .memory import format_bytes
-from .search import SearchResult, search
-from .trace_layer import UserTrace, trace_user_model
+from .candidates import enumerate_candidates
+from .model_desc import gpt_family
+from .search import SearchResult, requirements, search
+from . import user_runner
+from .trace_layer import PROFILE_CONFIG, UserTrace, trace_user_model
 from .user_model import check_returned, load_factory
 
 
@@ -66,14 +69,38 @@ def describe(trace: UserTrace, result: SearchResult, top: int = 5) -> str:
     return "\n".join(lines)
 
 
-def emit_plan(trace: UserTrace, plan, out_dir) -> List[Path]:
-    """Write ``plan.json`` and ``apply_plan.py`` for ``plan`` into ``out_dir``; the two paths."""
+def emit_plan(traced, plan, out_dir) -> List[Path]:
+    """Write ``plan.json`` and ``apply_plan.py`` for ``plan`` into ``out_dir``; the two paths.
+    ``traced``: a :class:`~.trace_layer.UserTrace` or its ``ModelDesc``."""
+    model = getattr(traced, "model", traced)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = parallelize_config(trace, plan, trace.model.name, len(trace.model.layers))
+    cfg = config_for(model, plan)
     (out / "plan.json").write_text(json.dumps(cfg, indent=1))
     (out / "apply_plan.py").write_text(snippet(cfg))
     return [out / "plan.json", out / "apply_plan.py"]
 
 
-__all__ = ["describe", "emit_plan", "plan_user_model", "search_user_model"]
+def config_for(model, plan) -> dict:
+    """The emitted configuration of ``plan`` for a traced ``ModelDesc`` (:mod:`.emit`)."""
+    return parallelize_config(Targets(model.config), plan, model.config["factory"], len(model.layers))
+
+
+def profile_gemms(model, cands, nproc: int) -> list:
+    """The matmul shapes a profile for ``model`` must time: its candidates' and the demo block's,
+    on which ``paddle-ext profile`` times the pipeline runtime (:data:`~.trace_layer.PROFILE_CONFIG`)."""
+    cfg = model.config.get("profile_config", PROFILE_CONFIG)
+    demo = gpt_family(cfg["d_model"], cfg["n_heads"], cfg["d_ff"], cfg["seq_len"], cfg["vocab"], cfg["n_layers"])
+    demo_cands = enumerate_candidates(len(demo.layers), demo.heads, demo.hidden, demo.ffn, demo.seq, max(8, 2 * nproc),
+                                      nproc)
+    return sorted(set(requirements(model, cands, nproc)[0]) | set(requirements(demo, demo_cands, nproc)[0]))
+
+
+def runner_for(model, timeout: float, lock: Optional[str]):
+    """``(why a plan cannot run, run it)`` for ``plan --run`` on a traced model (:mod:`.user_runner`)."""
+    return (user_runner.runnable,
+            lambda c, steps: user_runner.run_candidate(c, config_for(model, c), model.config["factory"], steps=steps,
+                                                       timeout=timeout, lock=lock))
+
+
+__all__ = ["config_for", "describe", "emit_plan", "plan_user_model", "profile_gemms", "runner_for", "search_user_model"]

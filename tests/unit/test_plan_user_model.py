@@ -231,3 +231,75 @@ def test_emitted_snippet_imports_only_paddle_and_apply_plan(trace, tmp_path):
 def test_sequence_parallel_plans_are_refused_by_name(trace):
     with pytest.raises(EmitError, match="sequence parallelism"):
         parallelize_config(trace, parse_plan("sp2-tp2-dp2", batch=8), SPEC, len(trace.model.layers))
+
+
+def test_config_from_the_model_description_is_the_traces(trace):
+    from paddle_ext.plan.user_plan import config_for
+
+    plan = parse_plan("pp2-tp2:1F1B:m1", batch=8)
+    assert config_for(trace.model, plan) == parallelize_config(trace, plan, SPEC, len(trace.model.layers))
+
+
+@pytest.mark.parametrize("text, why", [("tp4", ""), ("zero2d2-tp2", ""), ("pp4:1F1B:m1", ""),
+                                       ("pp2-dp2:1F1B:m1", "stage-boundary reshard"),
+                                       ("pp2-tp2:1F1B:m4", "pipelines by annotation only")])
+def test_run_runs_what_parallelize_expresses(text, why):
+    from paddle_ext.plan.user_runner import runnable
+
+    got = runnable(parse_plan(text, batch=8))
+    assert (why in got) if why else got == ""
+
+
+def test_gradient_error_is_relative_to_the_models_gradient_scale():
+    import numpy as np
+
+    from paddle_ext.plan.user_runner import grad_error
+
+    ref = {"w": np.array([1.0, -2.0]), "b": np.array([1e-9])}
+    assert grad_error({"w": np.array([1.0, -2.0]), "b": np.array([2e-9])}, ref) < 1e-8   # noise near zero
+    assert grad_error({"w": np.array([1.0, -1.0]), "b": np.array([1e-9])}, ref) == pytest.approx(0.5)
+    assert grad_error({}, ref) is None
+
+
+class _Attention(nn.Layer):
+    """A ViT-like block: q, k, v reach the output projection through the heads; up reaches down."""
+
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+        self.up, self.down = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        y = self.norm1(x)
+        q, k, v = (t(y).reshape([b, n, self.heads, d // self.heads]).transpose([0, 2, 1, 3])
+                   for t in (self.q, self.k, self.v))
+        a = F.softmax(q @ k.transpose([0, 1, 3, 2]), axis=-1) @ v
+        x = x + self.o(a.transpose([0, 2, 1, 3]).reshape([b, n, d]))
+        return x + self.down(F.gelu(self.up(self.norm2(x))))
+
+
+def test_attention_blocks_pair_qkv_with_the_output_projection():
+    model = nn.Sequential(nn.Linear(12, 32), *[_Attention() for _ in range(3)], nn.Linear(32, 10))
+    um = check_returned("m:f", (model, (paddle.randn([4, 16, 12]), paddle.randn([4, 16, 10])), F.mse_loss))
+    t = trace_user_model(um)
+    assert t.block_names == ("1", "2", "3")
+    assert set(t.column) == {"q", "k", "v", "up"} and set(t.row) == {"o", "down"}
+    assert t.model.heads == 4          # the reshape into 4 heads bounds the tensor-parallel degree
+    assert {"0", "4"} <= set(dict(t.replicated))
+
+
+def test_blocks_among_other_children_are_named_one_by_one_for_paddle():
+    from paddle.distributed.auto_parallel.intermediate.tensor_parallel import TensorParallel
+
+    from paddle_ext.plan.apply import parallelize_args
+
+    model = nn.Sequential(nn.Linear(12, 32), *[_Attention() for _ in range(3)], nn.Linear(32, 10))
+    t = trace_user_model(check_returned("m:f", (model, (paddle.randn([4, 16, 12]), paddle.randn([4, 16, 10])),
+                                                F.mse_loss)))
+    _, config = parallelize_args(parallelize_config(t, parse_plan("tp4", batch=4), "m:f", len(t.model.layers)))
+    tp = TensorParallel(model, config["mp_config"]["parallelize_plan"])
+    matched = {name for name, layer in model.named_sublayers() if tp.match_layer(layer, name)}
+    assert matched == {f"{i}.{n}" for i in (1, 2, 3) for n in ("q", "k", "v", "o", "up", "down")}
