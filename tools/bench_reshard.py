@@ -77,7 +77,8 @@ def rank_bench(mib: int, repeat: int) -> dict:
     import paddle
 
     from paddle_ext.compat.ports.convert import to_paddle_placements
-    from paddle_ext.reshard.dygraph import PaddleBackend, reshard
+    from paddle_ext.reshard.dygraph import reshard
+    from paddle_ext.reshard.paddle_backend import PaddleBackend
     from paddle_ext.reshard.exchange import exchange
     from paddle_ext.reshard.install import original_reshard
 

@@ -12,7 +12,7 @@ The transitions a plan is made of (legality, bytes, executor) are one registry,
 package's modules are imported by name: ``from paddle_ext.reshard import plan_reshard`` or
 ``from paddle_ext.reshard.planner import plan_reshard``.
 """
-from .groups import prepare_reshard_groups  # noqa: F401
+from .route import prepare_reshard_groups  # noqa: F401
 from .planner import ReshardStep, format_plan, plan_bytes, plan_reshard  # noqa: F401
 from .simulated import simulate_reshard  # noqa: F401
 

@@ -28,7 +28,7 @@ from ..compat.ports.convert import to_paddle_placements
 from ..placements import format_placements
 from ..simulated_ranks import assemble
 from .dygraph import placements_of, reshard
-from .originals import original_reshard
+from .route import original_reshard
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,13 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from .backend import ReshardBackend
 from .layout import partner_order
 from .odd_exchange import exchange_by_scatter
 
 
-def exchange(be, members: Sequence[int], outgoing: dict, incoming: dict, targets: dict | None = None) -> dict:
+def exchange(be: ReshardBackend, members: Sequence[int], outgoing: dict, incoming: dict,
+             targets: dict | None = None) -> dict:
     """Send ``outgoing[peer]`` (lists of arrays) and receive ``incoming[peer]`` (lists of
     ``(shape, like)``) with every peer, pairwise; returns ``{peer: [arrays]}``.
 
@@ -35,7 +37,7 @@ def exchange(be, members: Sequence[int], outgoing: dict, incoming: dict, targets
     """
     got: dict = {}
     me = be.rank
-    lockstep = getattr(be, "lockstep", False)
+    lockstep = be.lockstep
     group = tuple(be.world) if lockstep else tuple(sorted(set(members)))
     if me not in group:
         return got
@@ -79,7 +81,7 @@ def exchange(be, members: Sequence[int], outgoing: dict, incoming: dict, targets
     return got
 
 
-def idle(be, phases: int = 1) -> None:
+def idle(be: ReshardBackend, phases: int = 1) -> None:
     """A rank outside this step's mesh still walks the exchange rounds (lockstep backends)."""
     for _ in range(phases):
         exchange(be, (), {}, {})

@@ -3,8 +3,9 @@
 A training step calls ``dist.reshard`` with the same request again and again. The first call with a
 **plan key** (source mesh, placements, global shape, dtype, target mesh and placements, whether a
 gradient is needed, and the process state: parallel environment, backend, prepared groups) takes
-the full path of :mod:`.dygraph`: every check that needs no communication, with its named errors,
-the routing decision (Paddle's own reshard, or paddle-ext's plan) and the plan. Its outcome is
+the full path: the request converted and validated once, with its named errors, the routing
+decision of :func:`.route.route` (Paddle's own reshard, a local mesh reshape, or paddle-ext's plan)
+and the plan. Its outcome is
 cached as a runner; the next call with the same key costs one key, one lookup and what the runner
 does:
 
@@ -33,20 +34,19 @@ from __future__ import annotations
 
 import os
 
+from ..compat.fixes.outside_mesh_hint import watch_mesh
 from ..compat.ports.buffers import MIN_BYTES, fresh
-from ..compat.ports.convert import from_paddle_placements, spec_of, to_paddle_placements
+from ..compat.ports.convert import to_paddle_placements
 from ..compat.ports.fast_tensor import ops as _ops
 from ..compat.ports.mesh_reshape import local_mesh_reshape, reshape_placements
-from ..compat.fixes.outside_mesh_hint import watch_mesh
 from ..compat.ports.views import require_writable_views
-from ..errors import ConversionError
 from ..placements import Partial, Replicate, Shard
-from . import dygraph, groups, routing
+from . import dygraph
 from .layout import Geometry, coord_in, relative
-from .native import _even
-from .originals import NATIVE_LISTENERS, SAVED
+from .paddle_backend import GATHER_DTYPES, PaddleBackend
 from .per_rank import execute
 from .planner import plan_reshard
+from .route import GROUPS, NATIVE_LISTENERS, SAVED, even, group_for, note_no_parallel_env, route
 
 DEBUG = [os.environ.get("PADDLE_EXT_DEBUG", "0") not in ("", "0")]
 LIMIT = 4096            # entries; the cache is emptied when full (every rank alike)
@@ -100,7 +100,7 @@ def _key(o, installed: bool, x, mesh, placements):
     backend = _backend(o.dist)
     return (installed, tuple(sm.process_ids), tuple(sm.shape), tuple(map(repr, x.placements)),
             _mesh_key(mesh), tuple(map(repr, placements)), tuple(x.shape),
-            x.dtype, x.stop_gradient or not o.grad_enabled(), backend, len(groups._GROUPS))
+            x.dtype, x.stop_gradient or not o.grad_enabled(), backend, len(GROUPS))
 
 
 def reshard(x, mesh, placements, *, check: bool = True, stats: dict | None = None):
@@ -126,43 +126,29 @@ def installed(original, check: bool, x, mesh, placements):
     if not o.in_dygraph() or not getattr(x, "is_dist", _no)():
         return original(x, mesh, placements)
     if DEBUG[0]:
-        return _installed_full(original, x, mesh, placements, True)
+        return dygraph.reshard(x, mesh, placements, check=True, installed=True)
     dist = o.dist
     if not dist.is_initialized() and dist.get_world_size() > 1:
-        # no process group: every reshard within one mesh goes to Paddle (routing.to_paddle_first),
+        # no process group: every reshard within one mesh goes to Paddle (route.to_paddle_first),
         # decided before any key is built; a change of mesh takes the key (it may be refused)
         sm = x.process_mesh
         if sm.process_ids == mesh.process_ids and sm.shape == mesh.shape:
-            routing.note_no_parallel_env()
+            note_no_parallel_env()
             return _original(o)(x, mesh, list(placements))
     try:
         key = _key(o, True, x, mesh, placements)
     except (AttributeError, TypeError):
-        return _installed_full(original, x, mesh, placements, check)
+        return dygraph.reshard(x, mesh, placements, check=check, installed=True)
     entry = _CACHE.get(key)
     if entry is None:
-        watch_mesh(mesh)   # a first call: a target mesh without this rank gets the one-line hint
-        try:
-            spec_of(x)
-            from_paddle_placements(list(placements), len(mesh.shape))
-        except ConversionError:
-            entry = _store(key, _to_paddle)
-        else:
-            entry = _build(o, key, x, mesh, placements)
+        if dist.get_rank() not in mesh.process_ids:
+            watch_mesh(mesh)   # a first call: a target mesh without this rank gets the one-line hint
+        entry = _build(o, key, x, mesh, placements)
     return entry(x, mesh, placements, check)
 
 
 def _no():
     return False
-
-
-def _installed_full(original, x, mesh, placements, check):
-    try:
-        spec_of(x)
-        from_paddle_placements(list(placements), len(mesh.shape))
-    except ConversionError:
-        return original(x, mesh, placements)
-    return dygraph.reshard(x, mesh, placements, check=check)
 
 
 def _store(key, entry):
@@ -182,7 +168,7 @@ def _to_paddle(x, mesh, placements, check):
 
 def _build(o, key, x, mesh, placements):
     """The full path's decision for ``key`` (named errors raised, nothing cached then), cached."""
-    kind, specs = dygraph.route(o.paddle, x, mesh, placements)
+    kind, specs = route(o.paddle, x, mesh, placements, installed=key[0])
     if kind == "paddle":
         return _store(key, _to_paddle)
     if kind == "reshape":
@@ -208,7 +194,7 @@ def _build(o, key, x, mesh, placements):
         if check:
             checker()
         if differentiable:
-            return dygraph.differentiable_reshard(x, mesh, placements, None, values)
+            return dygraph.differentiable(x, mesh, values)
         return values(x, mesh)
 
     return _store(key, ext)
@@ -242,18 +228,17 @@ def _runner(o, x, specs):
     src, dst, s_ranks, d_ranks = specs
     plan = plan_reshard(src, dst, src_ranks=s_ranks, dst_ranks=d_ranks, itemsize=x.element_size(),
                         dtype=str(x.dtype).replace("paddle.", ""))
-    require_writable_views()   # every executor builds outputs in slices of themselves
     dist = o.dist
     rank = dist.get_rank()
     exact = to_paddle_placements(dst.placements)
     members = sorted(set(s_ranks) | set(d_ranks))
-    group = groups.group_for(members)
+    group = group_for(members)
     world = members if group is not None else list(range(dist.get_world_size()))
     if len(plan) == 1 and s_ranks == d_ranks and rank in s_ranks:
         if plan[0].collective == "slice":
             special = _slice(o, x, src, dst, rank, s_ranks, exact)
-        elif len(src.mesh_shape) == 1 and list(s_ranks) == world and len(world) > 1 and _even(src) \
-                and _even(dst) and all(src.shape):
+        elif len(src.mesh_shape) == 1 and list(s_ranks) == world and len(world) > 1 and even(src) \
+                and even(dst) and all(src.shape):
             special = _collective(o, x, plan[0].collective, src, dst, rank, s_ranks, group, exact)
         else:
             special = None
@@ -271,10 +256,10 @@ def _slice(o, x, src, dst, rank, ranks, exact):
         return None
     (axis, start, length), = cut
     take, build, dims = (o.take_rows if axis == 0 else o.take), o.dist_tensor, src.shape
-    even = _even(dst) and len(dst.mesh_shape) == 1
+    evenly = even(dst) and len(dst.mesh_shape) == 1
 
     def sliced(x, mesh):
-        return build(take(x._local_value(), axis, start, start + length), dims, mesh, exact, even)
+        return build(take(x._local_value(), axis, start, start + length), dims, mesh, exact, evenly)
 
     return sliced
 
@@ -284,7 +269,7 @@ def _collective(o, x, kind, src, dst, rank, ranks, group, exact):
     or a prepared group, evenly divided; None for the others."""
     a, b, n, dims = src.placements[0], dst.placements[0], len(ranks), src.shape
     nbytes = _numel(dims) * x.element_size()
-    gathers = str(x.dtype).replace("paddle.", "") in dygraph.PaddleBackend._GATHER_DTYPES
+    gathers = str(x.dtype).replace("paddle.", "") in GATHER_DTYPES
     if kind == "all_gather" and a == Shard(0) and b == Replicate() and gathers:
         return _gather(o, x, dims, group, exact)
     if kind == "all_reduce" and isinstance(a, Partial) and b == Replicate():
@@ -401,6 +386,7 @@ def _packer(o, block_shape, dtype, nbytes: int):
 def _swap(o, x, src_dim, dst_dim, k, trade, dims, exact):
     """``S(i) -> S(j)`` on 2 ranks: my own block into the output, the peer's block packed and
     traded for mine, received straight into the output."""
+    require_writable_views()   # the output is built in slices of itself
     view, copy_into, build = o.view, o.copy_into, o.dist_tensor
     itemsize = x.element_size()
     a, b = dims[src_dim] // 2, dims[dst_dim] // 2
@@ -425,6 +411,7 @@ def _swap_gathered(o, x, dst_dim, k, group, dims, exact):
     rank sending the block its peer keeps (the output's rows from rank r are rank r's block), then
     this rank's own rows overwritten with the block it keeps. One collective instead of a send and
     a recv (each a gloo round trip); the same bytes received."""
+    require_writable_views()   # the output is built in slices of itself
     gather, view, copy_into, build = o.dist.stream.all_gather, o.view, o.copy_into, o.dist_tensor
     a, b = dims[0] // 2, dims[dst_dim] // 2
     shape = list(dims)
@@ -468,6 +455,7 @@ def _reduce_swap(o, x, op, dim, k, trade, dims, exact):
 
 
 def _plan_runner(o, x, plan, specs, rank, world, group, exact):
+    require_writable_views()   # every executor builds outputs in slices of themselves
     src, dst, s_ranks, d_ranks = specs
     geo = Geometry(src.shape, src.mesh_shape, s_ranks, dst.mesh_shape, d_ranks)
     paddle, build = o.paddle, o.dist_tensor
@@ -476,7 +464,7 @@ def _plan_runner(o, x, plan, specs, rank, world, group, exact):
     holds = rank in s_ranks
 
     def planned(x, mesh):
-        be = dygraph.PaddleBackend(paddle, rank, world, like, None, group=group)
+        be = PaddleBackend(paddle, rank, world, like, None, group=group)
         out = execute(be, geo, plan, x._local_value() if holds else None)  # every rank walks the rounds
         if out is None:
             out = paddle.empty([0] * ndim, dtype=dtype)

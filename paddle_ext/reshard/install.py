@@ -11,9 +11,13 @@ With both bound, P->S (reduce_scatter, no CPU kernel in Paddle 3.3.1) runs as po
 ``shard_optimizer`` with ShardingStage1/2/3 trains on CPU and stage 2/3 keep only their shard of
 the gradients. Static graphs (``dist.to_static``/PIR) and tensors paddle-ext cannot express (e.g.
 split_factor shards, which fail conversion before any data moves) still go to Paddle's original,
-and so do the transitions Paddle does exactly and as cheaply (:mod:`.native`: R<->S, P(sum)->R,
-R->P(sum) on even shapes of one mesh), which also keeps sub-mesh reshards inside the sub-mesh's
-own process group. ``uninstall_reshard()`` restores the originals.
+and so do the transitions Paddle does exactly and as cheaply (:func:`.route.native_is_exact`:
+R<->S, P(sum)->R, R->P(sum) on even shapes of one mesh), which also keeps sub-mesh reshards inside
+the sub-mesh's own process group. ``uninstall_reshard()`` restores the originals.
+
+The call itself is :func:`.fast.installed`: one cache lookup for a repeated request, else the
+routing decision of :func:`.route.route`, made once and cached. Paddle's own function stays
+reachable as :func:`original_reshard`; :data:`NATIVE_LISTENERS` hear of every call left to it.
 """
 from __future__ import annotations
 
@@ -22,8 +26,8 @@ import paddle
 
 from ..compat.version import require_paddle
 from . import fast
-from .originals import NATIVE_LISTENERS, original_reshard  # noqa: F401 - the installer's public names
-from .originals import SAVED as _SAVED
+from .route import NATIVE_LISTENERS, original_reshard  # noqa: F401 - the installer's public names
+from .route import SAVED as _SAVED
 
 
 def _make(original, check: bool):
@@ -69,4 +73,4 @@ def uninstall_reshard() -> None:
     fast.clear()
 
 
-__all__ = ["install_reshard", "original_reshard", "uninstall_reshard"]
+__all__ = ["NATIVE_LISTENERS", "install_reshard", "original_reshard", "uninstall_reshard"]

@@ -26,15 +26,12 @@ from __future__ import annotations
 import math
 
 from ..errors import ReshardPlanError
+from .backend import ReshardBackend
 
 
-def exchange_by_scatter(be, group: tuple, outgoing: dict, incoming: dict, targets: dict | None = None) -> dict:
+def exchange_by_scatter(be: ReshardBackend, group: tuple, outgoing: dict, incoming: dict,
+                        targets: dict | None = None) -> dict:
     """:func:`~.exchange.exchange` on a group of odd size (same arguments and result)."""
-    if not (hasattr(be, "scatter") and hasattr(be, "gather_sizes")):
-        raise ReshardPlanError(
-            f"this backend cannot exchange on a group of {len(group)} ranks: an odd group needs the "
-            f"backend's scatter and gather_sizes (gloo matches point-to-point messages by a per-group "
-            f"sequence number, which pairwise rounds cannot keep aligned on an odd group)")
     me, like = be.rank, be.like
     outs = {p: [x for x in outgoing.get(p, []) if be.numel(x)] for p in group if p != me}
     mine = [sum(be.numel(x) for x in outs.get(p, [])) for p in group]

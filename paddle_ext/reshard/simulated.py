@@ -45,7 +45,9 @@ class _World:
 
 
 class NumpyBackend:
-    """Array ops on numpy plus simulated gloo communication (see :mod:`.per_rank`)."""
+    """:class:`~.backend.ReshardBackend` on numpy arrays, with simulated gloo communication."""
+
+    in_place = False   # no views handed out: pieces are concatenated or put into a fresh buffer
 
     def __init__(self, rank: int, world: _World, like: np.ndarray, stats: dict | None,
                  lockstep: bool = False, padding: dict | None = None):

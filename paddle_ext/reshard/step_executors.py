@@ -3,23 +3,24 @@
 An executor is ``(backend, geometry, step, local) -> new local`` (None on a rank outside the
 step's destination mesh); :mod:`.transitions` names each one in its transition's entry and
 :func:`~.per_rank.execute` runs a plan through them. The backend is any array-and-communication
-backend (numpy on simulated ranks, Paddle on gloo; the protocol is in :mod:`.per_rank`).
+backend (numpy on simulated ranks, Paddle on gloo: :class:`~.backend.ReshardBackend`).
 
 The helpers at the top build a rank's output from pieces: concatenated when they are slabs along
 one axis, otherwise written into a fresh buffer, and on backends that can hand out views of an
-output (``view``/``recv_into``), received straight into its place.
+output (``in_place``: :class:`~.backend.InPlaceBackend`), received straight into its place.
 """
 from __future__ import annotations
 
 import math
 
 from ..placements import Shard
+from .backend import ReshardBackend
 from .exchange import exchange, idle
 from .layout import (CROSS, DST, SRC, Geometry, box_numel, box_shape, chunk_sizes, coord_in,
                      group_coords, group_pieces, neutral, pieces, rank_at, relative)
 
 
-def _assemble(be, want, placed: list, like):
+def _assemble(be: ReshardBackend, want, placed: list, like):
     """The array of box ``want`` from ``(box, array)`` pieces that tile it.
 
     When the pieces are slabs along one axis (the common case: all-gather, all-to-all) they are
@@ -31,7 +32,7 @@ def _assemble(be, want, placed: list, like):
         return placed[0][1]
     axes = {d for box, _ in placed for d, ((o, n), (wo, wn)) in enumerate(zip(box, want))
             if (o, n) != (wo, wn)}
-    if placed and len(axes) == 1 and hasattr(be, "concat"):
+    if placed and len(axes) == 1:
         (axis,) = axes
         ordered = sorted(placed, key=lambda item: item[0][axis][0])
         return be.concat([arr for _, arr in ordered], axis)
@@ -41,14 +42,14 @@ def _assemble(be, want, placed: list, like):
     return out
 
 
-def _reduce_all(be, parts: list, op: str, owned: int | None = None):
-    """Reduce ``parts`` in order; after the first step the accumulator is ours, so a backend with
-    ``reduce_into`` accumulates in place instead of allocating a buffer per part.
+def _reduce_all(be: ReshardBackend, parts: list, op: str, owned: int | None = None):
+    """Reduce ``parts`` in order; after the first step the accumulator is ours, so an in-place
+    backend (``reduce_into``) accumulates in place instead of allocating a buffer per part.
 
     ``owned``: index of a part that is a buffer of ours (a received one, never the source); for
     a sum it becomes the accumulator, so no output buffer is allocated at all.
     """
-    if op == "sum" and owned is not None and hasattr(be, "reduce_into") and len(parts) > 1:
+    if op == "sum" and owned is not None and be.in_place and len(parts) > 1:
         acc = parts[owned]
         for i, p in enumerate(parts):
             if i != owned:
@@ -56,7 +57,7 @@ def _reduce_all(be, parts: list, op: str, owned: int | None = None):
         return acc
     acc, owned = parts[0], False
     for p in parts[1:]:
-        if owned and hasattr(be, "reduce_into"):
+        if owned and be.in_place:
             be.reduce_into(acc, p, op)
         else:
             acc, owned = be.reduce(acc, p, op), True
@@ -78,15 +79,10 @@ def _slab_axis(boxes: list, want) -> int | None:
     return axis if at == want[axis][0] + want[axis][1] else None
 
 
-def _writes_in_place(be) -> bool:
-    """The backend can hand out views of an output and receive into them."""
-    return hasattr(be, "view") and hasattr(be, "recv_into")
-
-
-def _direct(be, want, like, incoming_boxes: dict):
+def _direct(be: ReshardBackend, want, like, incoming_boxes: dict):
     """A fresh output for box ``want`` and, per peer sending one piece, the contiguous view of
-    it the piece is received into (backends with ``view``/``recv_into`` only; else None)."""
-    if not _writes_in_place(be):
+    it the piece is received into (in-place backends only; else None)."""
+    if not be.in_place:
         return None, None
     out = be.empty(box_shape(want), like)
     targets = {}
@@ -98,7 +94,7 @@ def _direct(be, want, like, incoming_boxes: dict):
     return out, targets
 
 
-def _fill(be, out, want, placed: list, targets: dict, got: dict, places: dict):
+def _fill(be: ReshardBackend, out, want, placed: list, targets: dict, got: dict, places: dict):
     """Write the pieces that were not received straight into ``out`` (own pieces, strided ones)."""
     for box, arr in placed:
         if box_numel(box):
@@ -118,7 +114,7 @@ def _group(geo: Geometry, side: str, coord, m: int) -> tuple[list, list]:
     return coords, [rank_at(geo.ranks(side), geo.mesh(side), c) for c in coords]
 
 
-def run_all_gather(be, geo, step, local):
+def run_all_gather(be: ReshardBackend, geo, step, local):
     a, b = geo.spec(step.mesh, step.src), geo.spec(step.mesh, step.dst)
     c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
     if c is None:
@@ -132,7 +128,7 @@ def run_all_gather(be, geo, step, local):
     incoming = {r: [(shapes[j], local)] for j, r in enumerate(ranks) if r != be.rank}
     their_boxes = {r: [boxes[j]] for j, r in enumerate(ranks) if r != be.rank}
     axis = _slab_axis(boxes, want)
-    if (len(set(shapes)) == 1 and box_numel(mine) and axis is not None and hasattr(be, "all_gather_into")
+    if (len(set(shapes)) == 1 and box_numel(mine) and axis is not None and be.in_place
             and math.prod(box_shape(want)[:axis]) == 1):
         # the slabs lie in rank order in the output's memory: one collective fills it in place
         out = be.empty(box_shape(want), local)
@@ -147,7 +143,7 @@ def run_all_gather(be, geo, step, local):
     return _assemble(be, want, list(zip(boxes, parts)), local)
 
 
-def run_all_reduce(be, geo, step, local):
+def run_all_reduce(be: ReshardBackend, geo, step, local):
     c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
     if c is None:
         return idle(be, 2)
@@ -162,11 +158,11 @@ def run_all_reduce(be, geo, step, local):
     return be.divide(out, n) if op == "avg" else out
 
 
-def _all_reduce_p2p(be, local, op, ranks, k, shape):
+def _all_reduce_p2p(be: ReshardBackend, local, op, ranks, k, shape):
     """Reduce-scatter by point-to-point, then all-gather the reduced chunks.
 
     The source is only read (its chunks are sent as views); this rank's chunk is reduced in
-    rank order into a buffer of ours. A backend with ``recv_into`` gathers the chunks straight
+    rank order into a buffer of ours. An in-place backend gathers the chunks straight
     into a fresh output (one gloo all_gather when the chunks are equal, else each received into
     its slot); otherwise they are concatenated.
     """
@@ -177,7 +173,7 @@ def _all_reduce_p2p(be, local, op, ranks, k, shape):
     got = exchange(be, ranks, {r: [src[j]] for j, r in others}, {r: [((sizes[k],), flat)] for j, r in others})
     mine = _reduce_all(be, [src[j] if j == k else got[r][0] for j, r in enumerate(ranks)], op,
                        owned=0 if k else 1)
-    if n == 1 or not hasattr(be, "recv_into"):
+    if n == 1 or not be.in_place:
         # (with n == 1 too: an exchange is a lockstep round every rank of the backend walks)
         got = exchange(be, ranks, {r: [mine] for j, r in others}, {r: [((sizes[j],), flat)] for j, r in others})
         full = [mine if j == k else got[r][0] for j, r in enumerate(ranks)]
@@ -194,7 +190,7 @@ def _all_reduce_p2p(be, local, op, ranks, k, shape):
     return be.reshape(out, shape)
 
 
-def run_reduce_scatter(be, geo, step, local):
+def run_reduce_scatter(be: ReshardBackend, geo, step, local):
     a, b = geo.spec(step.mesh, step.src), geo.spec(step.mesh, step.dst)
     c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
     if c is None:
@@ -212,7 +208,7 @@ def run_reduce_scatter(be, geo, step, local):
     return be.divide(out, len(ranks)) if op == "avg" else out
 
 
-def run_all_to_all(be, geo, step, local):
+def run_all_to_all(be: ReshardBackend, geo, step, local):
     a, b = geo.spec(step.mesh, step.src), geo.spec(step.mesh, step.dst)
     c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
     if c is None:
@@ -222,7 +218,7 @@ def run_all_to_all(be, geo, step, local):
     base = c[:m] + (0,) + c[m + 1:]
     k, have, want = c[m], a.local_slices(c), b.local_slices(c)
     sends, incoming, places, placed = {}, {}, {}, []
-    direct = _writes_in_place(be)
+    direct = be.in_place
     for j, t, box in group_pieces(a, b, m, base):
         if j == k and t == k:  # stays here: written straight into the output when we can
             placed.append((box, be.view(local, relative(box, have)) if direct else be.take(local, relative(box, have))))
@@ -246,7 +242,7 @@ def run_all_to_all(be, geo, step, local):
     return _assemble(be, want, placed, local)
 
 
-def run_slice(be, geo, step, local):
+def run_slice(be: ReshardBackend, geo, step, local):
     a, b = geo.spec(step.mesh, step.src), geo.spec(step.mesh, step.dst)
     c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
     if c is None:
@@ -254,7 +250,7 @@ def run_slice(be, geo, step, local):
     return be.take(local, relative(b.local_slices(c), a.local_slices(c)))
 
 
-def run_to_partial(be, geo, step, local):
+def run_to_partial(be: ReshardBackend, geo, step, local):
     a, b = geo.spec(step.mesh, step.src), geo.spec(step.mesh, step.dst)
     c = coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank)
     if c is None:
@@ -280,7 +276,7 @@ def _sides(step) -> tuple[str, str]:
     return step.mesh, step.mesh
 
 
-def run_p2p(be, geo, step, local):
+def run_p2p(be: ReshardBackend, geo, step, local):
     s_side, d_side = _sides(step)
     a, b = geo.spec(s_side, step.src), geo.spec(d_side, step.dst)
     a_ranks, b_ranks = geo.ranks(s_side), geo.ranks(d_side)
@@ -306,8 +302,8 @@ def run_p2p(be, geo, step, local):
     return _assemble(be, want, placed, like)
 
 
-def run_transfer(be, geo, step, local):
-    a, b = geo.spec(SRC, step.src), geo.spec(DST, step.dst)
+def run_transfer(be: ReshardBackend, geo, step, local):
+    b = geo.spec(DST, step.dst)
     outgoing, incoming, result = {}, {}, None
     for i, cb in enumerate(b.coords()):
         s, d = geo.src_ranks[i], geo.dst_ranks[i]

@@ -26,7 +26,7 @@ def partial_value(rank: int, dtype: str) -> np.ndarray:
 
 
 def _p_to_s(dist, paddle, mesh, dtype, dim):
-    from paddle_ext.reshard.originals import original_reshard
+    from paddle_ext.reshard.route import original_reshard
 
     # each rank's own addend as its local value of a Partial (sum) tensor
     x = dist.auto_parallel.api.dtensor_from_local(paddle.to_tensor(partial_value(dist.get_rank(), dtype)), mesh,
@@ -35,7 +35,7 @@ def _p_to_s(dist, paddle, mesh, dtype, dim):
 
 
 def _s_to_s(dist, paddle, mesh, dtype, src, dst):
-    from paddle_ext.reshard.originals import original_reshard
+    from paddle_ext.reshard.route import original_reshard
 
     x = dist.shard_tensor(paddle.to_tensor(whole_value(dtype)), mesh, [dist.Shard(src)])
     return original_reshard()(x, mesh, [dist.Shard(dst)])

@@ -109,7 +109,7 @@ def debug_and_hand_back():
                 y = dist.reshard(x, sub, [dist.Shard(0)])
             fast.set_debug(old)
             counts[f"full path, debug={debug}"] = len(full_calls) - before
-        # R -> S on a 2-D mesh, evenly: Paddle's own reshard is exact there (routing: "native")
+        # R -> S on a 2-D mesh, evenly: Paddle's own reshard is exact there (route: "native")
         m2 = dist.ProcessMesh([[0, 1]], dim_names=["a", "b"])
         z = dist.shard_tensor(paddle.arange(24, dtype="float32").reshape([4, 6]), m2,
                               [dist.Replicate(), dist.Replicate()])

@@ -15,7 +15,7 @@ import paddle.distributed as dist
 from paddle_ext.compat.ports import backend as be
 from paddle_ext.compat.fixes import table as fixes
 from paddle_ext.placements import DistSpec
-from paddle_ext.reshard import routing
+from paddle_ext.reshard import route
 from paddle_ext.compat.ports import static_reshard as sf
 
 pir = paddle.base.libpaddle.pir
@@ -83,9 +83,9 @@ NCCL_TABLE = [  # src, dst, shape, mesh, src ranks, dst ranks, kept key (None: P
 @pytest.mark.parametrize("row", NCCL_TABLE, ids=[f"{r[0]}->{r[1]}{r[2]}@{r[4]}->{r[5]}" for r in NCCL_TABLE])
 def test_nccl_decision_table(row):
     a, b, shape, mesh, s_ranks, d_ranks, kept = row
-    assert routing.nccl_keeps(_spec(a, shape, mesh), _spec(b, shape, mesh), s_ranks, d_ranks) == kept
+    assert route.nccl_keeps(_spec(a, shape, mesh), _spec(b, shape, mesh), s_ranks, d_ranks) == kept
     if kept:
-        assert kept in routing.NCCL_KEPT  # every kept case names its reason
+        assert kept in route.NCCL_KEPT  # every kept case names its reason
 
 
 def test_no_parallel_env_in_a_job_of_one_runs_paddle_ext_without_communication():

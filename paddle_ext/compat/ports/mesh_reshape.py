@@ -8,7 +8,7 @@ the placements, which turns them into bare ``Placement`` objects that ``paddle.T
 This one is a PyLayer of its own on public calls: forward copies each rank's local value into a
 DistTensor on the new mesh, backward moves the gradient back the same way (after resharding it to
 the forward's target placements if it arrives in others, e.g. ``Partial``). paddle-ext's routing
-(:func:`paddle_ext.reshard.routing.pure_mesh_reshape`) proves the move needs no data first; no
+(:func:`paddle_ext.reshard.route.pure_mesh_reshape`) proves the move needs no data first; no
 process group is needed, so it runs in every process state.
 """
 from __future__ import annotations

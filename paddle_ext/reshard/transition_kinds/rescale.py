@@ -16,6 +16,7 @@ reduction's neutral element by ``n`` would wrap around.
 """
 from __future__ import annotations
 
+from ..backend import ReshardBackend
 from ..layout import coord_in, is_pow2
 from ..transitions import Transition, no_elements, other_partial_ops, reducible, register_transition
 
@@ -30,7 +31,7 @@ def wraps_integers(new, m, p, q) -> bool:
     return bool(other_partial_ops(new, m) & {"max", "min"})
 
 
-def run_rescale(be, geo, step, local):
+def run_rescale(be: ReshardBackend, geo, step, local):
     """This rank's part times ``n`` (sum -> avg) or divided by ``n`` (avg -> sum); None off the mesh."""
     if coord_in(geo.ranks(step.mesh), geo.mesh(step.mesh), be.rank) is None:
         return None
