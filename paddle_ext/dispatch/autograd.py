@@ -5,7 +5,8 @@
   gradient kept on one coordinate, ``P(avg)`` scaling, uneven shards: what Paddle's own
   ``dtensor_to_local``/``dtensor_from_local`` autograd cannot express);
 * :func:`reshard` -- a required input reshard whose backward reshards the gradient back to
-  the input's layout (paddle-ext's executor both ways).
+  the input's layout, a Partial dim given a Replicate gradient (paddle-ext's executor both ways;
+  the PyLayer is the reshard's own, :func:`paddle_ext.reshard.dygraph.differentiable`).
 
 Which route a call takes -- no autograd, Paddle's native autograd or this PyLayer -- is decided
 in one place, :func:`~.core.dispatch`.
@@ -16,7 +17,8 @@ import functools
 
 from ..compat.ports import dispatch as cd
 from ..compat.ports.convert import to_paddle_placements
-from ..placements import DistSpec, Partial, Replicate
+from ..placements import DistSpec
+from ..reshard.dygraph import differentiable
 from ..reshard.fast import reshard as ext_reshard
 from .outputs import check_local, wrap
 from .call_plan import Plan, fits_from_local
@@ -107,33 +109,13 @@ def reshard_values(t, mesh, placements):
         return ext_reshard(t, cd.python_mesh(mesh), to_paddle_placements(placements), check=False)
 
 
-@functools.cache
-def _reshard_function():
-    class DispatchReshard(cd._paddle().autograd.PyLayer):
-        """A required input reshard; backward reshards the gradient back to the input's layout."""
-
-        @staticmethod
-        def forward(ctx, x, mesh, placements):
-            ctx.src, ctx.src_mesh = cd.spec_and_mesh(x)
-            return reshard_values(x, mesh, placements)
-
-        @staticmethod
-        def backward(ctx, dy):
-            have = cd.spec_and_mesh(dy)[0]
-            want = [p if not isinstance(p, Partial) else Replicate() for p in ctx.src.placements]
-            if tuple(want) != tuple(have.placements):
-                dy = reshard_values(dy, ctx.src_mesh, want)
-            return dy
-
-    return DispatchReshard
-
-
 def reshard(t, mesh, placements, grad_enabled: bool):
     """``t`` resharded to ``placements`` on ``mesh``; differentiable when ``t`` requires grad
     and grad is on (``grad_enabled``)."""
     if t.stop_gradient or not grad_enabled:
         return reshard_values(t, mesh, placements)
-    return _reshard_function().apply(t, mesh, list(placements))
+    return differentiable(t, mesh, lambda x, mesh: reshard_values(x, mesh, placements),
+                          back=reshard_values, replicate_partial=True)
 
 
 __all__ = ["dispatch_function", "reshard", "reshard_values"]
