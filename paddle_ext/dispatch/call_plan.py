@@ -3,7 +3,7 @@ its inputs' layouts -- computed once by :func:`make_plan`, then kept by :mod:`.p
 
 :func:`make_plan` reads each input's :class:`DistSpec` (a dense tensor next to DistTensors is
 taken as replicated, Paddle's own convention), checks that the inputs share one mesh and that
-paddle-ext can serve them (else :class:`~.rules.HandBack` or :class:`~.rules.DispatchError`),
+paddle-ext can serve them (else :class:`~.rule_lookup.HandBack` or :class:`~.rule_lookup.DispatchError`),
 asks the op's rule, and records the input reshards the rule requires, each output's expected
 local shape and Paddle placements, and the gradient plans (:mod:`.grad`) -- including whether
 Paddle's native autograd gives them exactly (:attr:`Plan.native_hints`).
@@ -21,7 +21,7 @@ from ..compat.ports.convert import to_paddle_placements
 from ..errors import ShardingRuleError
 from ..placements import DistSpec, Partial, Replicate, Shard
 from .grad import GradPlan, grad_plan
-from .rule_lookup import DispatchError, HandBack, get_rule, infer
+from .rule_lookup import DispatchError, HandBack, get_rule, infer, paddle_agrees
 from .slots import is_flat, restructure
 
 log = logging.getLogger("paddle_ext.dispatch")
@@ -63,6 +63,8 @@ class Plan:
     notes: tuple = ()
     cmesh: Any = None             # dygraph: the mesh as an owned C++ ProcessMesh (see plan_cache)
     direct: bool = False          # every slot is one DistTensor: the slots are the flat inputs
+    attrs: tuple = ()             # the rule's attributes, as (name, value) pairs
+    by_paddle: Any = field(default=None, init=False)   # differentiable calls run Paddle's own op (core.dispatch)
     single: bool = field(init=False)   # one evenly split output: wrapped without the general loop
     ready: bool = field(init=False)    # direct and no reshard: the slots are the inputs as given
     _grads: dict = field(default_factory=dict, init=False, repr=False)   # differentiable mask -> GradPlan
@@ -116,6 +118,19 @@ class Plan:
                 return None
         return tuple(list(to_paddle_placements(p)) for p in base)
 
+    @functools.cached_property
+    def paddle_serves(self) -> bool:
+        """True when Paddle's own op, called on the DistTensors, does what this plan does, so a
+        differentiable call can run it and keep Paddle's one grad node: the inputs are used as
+        given (no reshard), every shard is even, no output is ``Partial``, the gradient plan is
+        one Paddle's autograd builds (:attr:`native_hints`), and Paddle's C++ rule for the op
+        answers paddle-ext's input and output placements (:func:`~.rule_lookup.paddle_agrees`).
+        Decided once per plan; the first call also checks the outputs (:func:`~.core.dispatch`).
+        """
+        if not self.ready or self.native_hints is None:
+            return False
+        return paddle_agrees(self.op, self.specs, dict(self.attrs), self.result)
+
 
 # (rule, op, slots, attrs, specs, result) -> (result, notes): how to_static adjusts the rule's answer
 Adjust = Callable[..., tuple]
@@ -165,7 +180,8 @@ def make_plan(op: str, slots: list, attrs: dict, flat: list, mesh, cmesh=None, a
                 out_local=tuple([int(v) for v in o.local_shape(coord)] for o in result.outputs),
                 out_paddle=tuple(list(to_paddle_placements(o.placements)) for o in result.outputs),
                 out_fast=tuple(fits_from_local(o, coord) for o in result.outputs),
-                notes=notes, cmesh=cmesh, direct=is_flat(slots) and len(dist_ts) == len(flat))
+                notes=notes, cmesh=cmesh, direct=is_flat(slots) and len(dist_ts) == len(flat),
+                attrs=tuple(attrs.items()) if attrs else ())
 
 
 def fits_from_local(spec: DistSpec, coord) -> bool:

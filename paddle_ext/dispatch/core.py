@@ -2,18 +2,24 @@
 
 One call of a dispatched op does, in order:
 
-1. **lookup** (:mod:`.plan_cache`): the call's :class:`~.plan.Plan`, found by one dict lookup
+1. **lookup** (:mod:`.plan_cache`): the call's :class:`~.call_plan.Plan`, found by one dict lookup
    keyed by op, attributes and the inputs' layouts (global shapes, placements, mesh), else made
-   by :func:`~.plan.make_plan`: every DistTensor input's :class:`DistSpec` (a dense tensor next
+   by :func:`~.call_plan.make_plan`: every DistTensor input's :class:`DistSpec` (a dense tensor next
    to them is taken as replicated, Paddle's own convention) and paddle-ext's rule for the op
    (``paddle_ext.spmd``) -- a missing rule, inputs on different meshes or a rule that cannot
    serve the placements raise :class:`DispatchError` naming the op, the placements and the fix;
    nothing is ever replicated silently;
 2. **route** (:func:`dispatch`, the one place that chooses): the inputs the plan expects (dense
-   tensors replicated, the rule's required reshards done, differentiably), then one of three
+   tensors replicated, the rule's required reshards done, differentiably), then one of four
    routes --
 
    * *no autograd*: no input requires grad, or grad is off -- the local op on the local values;
+   * *Paddle's op*: where Paddle's own op does what the plan does (:attr:`Plan.paddle_serves`:
+     inputs as given, even shards, Paddle's C++ rule answers the same placements), the function
+     runs on the DistTensors themselves, so Paddle's one grad node is the call's only one. The
+     plan's first such call checks that the outputs have the plan's global shapes, placements
+     and mesh; if they do not (or the function fails on DistTensors), that plan keeps the
+     routes below for good and the call is run again through them;
    * *native*: Paddle's own C++ autograd, where it is exact (:attr:`Plan.native_hints`):
      ``dtensor_to_local`` with the gradient placements of the :class:`~.grad.GradPlan` as its
      placements (its backward builds the input gradient with them, so a replicated input
@@ -25,13 +31,15 @@ One call of a dispatched op does, in order:
    rule claims and wrapped with its placements and global shapes (:mod:`.outputs`).
 
 :func:`pylayer_only` sends every differentiable call through the PyLayer inside a ``with``
-block (tests compare both routes). Inside ``dist.to_static`` the same steps run without a
+block, :func:`own_routes` through paddle-ext's native route or the PyLayer (tests compare the
+routes). Inside ``dist.to_static`` the same steps run without a
 cache, on PIR values (:mod:`.static`).
 """
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 from typing import Callable, NamedTuple, Sequence
 
 from ..compat.ports import dispatch as cd
@@ -47,6 +55,8 @@ from .slots import flatten_slots, restructure
 from .static import dispatch_static
 
 _NATIVE = contextvars.ContextVar("paddle_ext_dispatch_native_autograd", default=True)
+_BY_PADDLE = contextvars.ContextVar("paddle_ext_dispatch_by_paddle", default=True)
+log = logging.getLogger("paddle_ext.dispatch")
 
 
 class Call(NamedTuple):
@@ -73,18 +83,26 @@ def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
     if found is None:   # no DistTensor among the inputs
         return run_local(list(slots), None)
     plan, no_grad = found
-    flat = slots if plan.ready else _inputs(rt, plan, slots)
     if no_grad or not rt.grad_enabled():
+        flat = slots if plan.ready else _inputs(rt, plan, slots)
         lin = [t._local_value() for t in flat]
-    elif plan.native_hints is not None and _NATIVE.get():
+    else:
+        outs = None
+        if plan.by_paddle is not False and _BY_PADDLE.get() and _NATIVE.get():
+            outs = run_local(slots, None) if plan.by_paddle else _first_by_paddle(plan, slots, run_local)
+        if outs is not None:
+            if _ACTIVE:
+                record_dispatch(op)
+            return outs
+        flat = slots if plan.ready else _inputs(rt, plan, slots)
+        if plan.native_hints is None or not _NATIVE.get():
+            outs = dispatch_function().apply(Call(op, plan, list(slots), run_local), *flat)
+            if _ACTIVE:
+                record_dispatch(op)
+            return outs
         to_local, mesh = rt.to_local, plan.cmesh
         lin = [to_local(t, mesh, h) if not t.stop_gradient else t._local_value()
                for t, h in zip(flat, plan.native_hints)]
-    else:
-        outs = dispatch_function().apply(Call(op, plan, list(slots), run_local), *flat)
-        if _ACTIVE:
-            record_dispatch(op)
-        return outs
     out = run_local(lin if plan.direct else restructure(slots, lin), plan.ctx)
     if plan.single and not isinstance(out, (tuple, list)) and out.shape == plan.out_local[0]:
         outs = rt.from_local(out, plan.cmesh, plan.out_paddle[0])   # the common case of wrap_checked, inline
@@ -93,6 +111,38 @@ def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
     if _ACTIVE:
         record_dispatch(op)
     return outs
+
+
+def _first_by_paddle(plan: Plan, slots, run_local: Callable):
+    """The first differentiable call of ``plan`` where Paddle's op may serve it: the function
+    on the DistTensors themselves. Its outputs are returned, and the plan takes this route from
+    now on, when they have the plan's global shapes, placements and mesh (the same answer on
+    every rank); otherwise None, and the plan keeps paddle-ext's own routes for good."""
+    plan.by_paddle = False
+    if not plan.paddle_serves:
+        return None
+    try:
+        outs = run_local(slots, None)
+    except Exception as exc:   # the function does not run on DistTensors (a custom kernel): paddle-ext's route
+        log.debug("%s: Paddle's op on the DistTensors failed (%s); paddle-ext's route serves it", plan.op, exc)
+        return None
+    if not _same_layout(plan, outs):
+        log.debug("%s: Paddle's op gave another layout than the plan; paddle-ext's route serves it", plan.op)
+        return None
+    plan.by_paddle = True
+    return outs
+
+
+def _same_layout(plan: Plan, outs) -> bool:
+    """Every output is a DistTensor with the plan's global shape, Paddle placements and mesh."""
+    outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+    if len(outs) != len(plan.out_paddle):
+        return False
+    for o, pls, spec in zip(outs, plan.out_paddle, plan.result.outputs):
+        if not (cd.is_dist(o) and tuple(o.shape) == tuple(spec.shape) and list(o.placements) == list(pls)
+                and o.process_mesh == plan.mesh):
+            return False
+    return True
 
 
 def _inputs(rt: DygraphRuntime, plan: Plan, slots) -> list:
@@ -117,10 +167,21 @@ def pylayer_only():
         _NATIVE.reset(token)
 
 
+@contextlib.contextmanager
+def own_routes():
+    """Inside the block, no differentiable dygraph dispatch runs Paddle's op on the DistTensors:
+    paddle-ext's native route or its PyLayer serves it (tests compare the routes)."""
+    token = _BY_PADDLE.set(False)
+    try:
+        yield
+    finally:
+        _BY_PADDLE.reset(token)
+
+
 def has_dist(slots) -> bool:
     """True when a slot holds a DistTensor (dygraph) or a dist value (``dist.to_static``)."""
     return any(cd.is_dist(t) for t in flatten_slots(slots))
 
 
 __all__ = ["Call", "DispatchError", "HandBack", "LocalCtx", "dispatch", "explain_call", "format_placements",
-           "get_rule", "has_dist", "pylayer_only"]
+           "get_rule", "has_dist", "own_routes", "pylayer_only"]

@@ -2,7 +2,7 @@
 wrapped with the plan's placements and global shapes (dygraph).
 
 The local shapes are checked on every call: a rule whose output shapes or placements do not fit
-the function raises a :class:`~.rules.DispatchError` here instead of producing a DistTensor with
+the function raises a :class:`~.rule_lookup.DispatchError` here instead of producing a DistTensor with
 the wrong global shape. ``dtensor_from_local`` (on the plan's owned C++ mesh) wraps an output it
 sizes right -- every sharded dim splits evenly -- and :func:`~paddle_ext.compat.ports.dispatch.make_dist`
 the others (exact global shape for uneven shards).

@@ -1,6 +1,6 @@
 """Lookup: the one plan cache of dygraph dispatch, and its one key.
 
-A plan (:class:`~.plan.Plan`) depends only on the op, its attributes and its inputs' layouts,
+A plan (:class:`~.call_plan.Plan`) depends only on the op, its attributes and its inputs' layouts,
 so a repeated call finds it with one dict lookup; registering or replacing the op's rule drops
 its plans (:func:`forget`). The key is always the tuple
 ``(op, attributes, layout)``:
@@ -53,7 +53,7 @@ def lookup(rt: DygraphRuntime, op: str, slots: Sequence, attrs: dict):
     """``(plan, no_grad)`` for a dygraph call, or None when no slot holds a DistTensor.
 
     ``no_grad`` is True when no input requires grad. A miss makes the plan
-    (:func:`~.plan.make_plan`, which raises for what cannot be served) and keeps it."""
+    (:func:`~.call_plan.make_plan`, which raises for what cannot be served) and keeps it."""
     ck = fast_key.KEY[0]
     got = ck(slots) if ck is not None else None
     if got is None:

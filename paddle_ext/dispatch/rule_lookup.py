@@ -4,6 +4,7 @@
 * :func:`infer` -- the rule's answer for the given input specs, or a :class:`DispatchError`
   that names the op, the inputs and the fix;
 * :func:`explain_call` -- what a dispatch would do for some input specs (pure, no tensors);
+* :func:`paddle_agrees` -- whether Paddle's own rule for the op gives the same layout;
 * :class:`DispatchError` / :class:`HandBack` -- the call cannot run as asked / Paddle's own op
   serves it.
 """
@@ -13,7 +14,8 @@ from typing import Sequence
 
 from ..errors import ShardingRuleError
 from ..placements import DistSpec
-from ..spmd.registry import REGISTRY, get_spmd_rule, load_builtin_rules
+from ..spmd.opcases import CASES
+from ..spmd.registry import REGISTRY, get_spmd_rule, load_builtin_rules, paddle_rules
 from .grad import grad_plan
 
 FIXES = ("register a rule with @paddle_ext.spmd.register_spmd_rule(op)",
@@ -75,4 +77,27 @@ def explain_call(op: str, specs: Sequence[DistSpec], attrs: dict | None = None) 
     return "\n".join(lines)
 
 
-__all__ = ["DispatchError", "FIXES", "HandBack", "explain_call", "fix_text", "get_rule", "infer"]
+BUILTIN = "paddle_ext.spmd_rules."   # where paddle-ext's own rule families live
+
+
+def paddle_agrees(op: str, specs: Sequence[DistSpec], attrs: dict, result) -> bool:
+    """True when ``op``'s rule is paddle-ext's built-in one, Paddle has a C++ rule of the same
+    name (the validator's case for ``op`` names it and maps the attributes), and that rule takes
+    ``specs`` as they are and answers the output placements of paddle-ext's ``result``: Paddle's
+    own op then computes the same layout. False for the gap rules (Paddle has none), a rule a
+    user registered, or a Paddle rule that refuses the call (pure: specs only)."""
+    case = CASES.get(op)
+    rule = REGISTRY.rules.get(op)
+    if (case is None or case.paddle != op or case.paddle_args is None or rule is None
+            or not getattr(rule.fn, "__module__", "").startswith(BUILTIN)):
+        return False
+    try:
+        got = paddle_rules().rule(op).infer_positional(case.paddle_args(list(specs), attrs))
+    except Exception:   # Paddle's rule refuses these inputs or cannot be asked: paddle-ext's route serves
+        return False
+    return (len(got.inputs) == len(specs) and len(got.outputs) == len(result.outputs)
+            and all(tuple(g.placements) == tuple(s.placements) for g, s in zip(got.inputs, specs))
+            and all(tuple(g.placements) == tuple(o.placements) for g, o in zip(got.outputs, result.outputs)))
+
+
+__all__ = ["DispatchError", "FIXES", "HandBack", "explain_call", "fix_text", "get_rule", "infer", "paddle_agrees"]

@@ -1,6 +1,6 @@
 """The dispatcher inside ``dist.to_static`` (PIR): plan, reshard, run -- no cache, no fast path.
 
-A program is traced once, so each call plans afresh (:func:`~.plan.make_plan`) and lowers to
+A program is traced once, so each call plans afresh (:func:`~.call_plan.make_plan`) and lowers to
 ``dtensor_to_local(x, mesh, grad_placements)`` -> local op -> ``dtensor_from_local``: the
 placements given to ``dtensor_to_local`` become the gradient's placements in backward, the hint
 that gives a replicated input consumed locally its ``Partial(sum)`` gradient. Required input

@@ -2,6 +2,8 @@
 
 Each function loops over many checks and returns all results, so one launch covers them.
 """
+import contextlib
+
 import numpy as np
 
 # name -> (call(paddle, F, *tensors), inputs, placements per world size)
@@ -140,7 +142,6 @@ def ops_fwd_bwd(names, world, key):
 
     import paddle_ext.dispatch as pd
     from paddle_ext.compat.native import fast_key
-    from paddle_ext.compat import to_paddle_placements
 
     fast_key.use(key == "compiled")
     pd.enable()
@@ -217,22 +218,28 @@ def gradient_fix_vs_local_map():
     from paddle_ext.dispatch import core, plan_cache
 
     out = {}
-    # "dispatch": Paddle's native autograd with dtensor_to_local(x, [P(sum)]) as the gradient
+    # "dispatch": Paddle's own matmul on the DistTensors (Paddle's rule gives the same layout);
+    # "dispatch_native": paddle-ext's native route, dtensor_to_local(x, [P(sum)]) as the gradient
     # placement; "dispatch_pylayer": the same call through paddle-ext's PyLayer
-    for variant in ("dispatch", "dispatch_pylayer", "local_map"):
+    for variant in ("dispatch", "dispatch_native", "dispatch_pylayer", "local_map"):
         x = dist.shard_tensor(paddle.to_tensor(xa), mesh, [dist.Replicate()])
         w = dist.shard_tensor(paddle.to_tensor(wa), mesh, [dist.Shard(1)])
         x.stop_gradient = w.stop_gradient = False
         if variant == "dispatch":
             y = pd.dispatch("matmul", [x, w], {}, lambda t, ctx: local_linear(*t))
+        elif variant == "dispatch_native":
+            with core.own_routes():
+                y = pd.dispatch("matmul", [x, w], {}, lambda t, ctx: local_linear(*t))
         elif variant == "dispatch_pylayer":
             with core.pylayer_only():
                 y = pd.dispatch("matmul", [x, w], {}, lambda t, ctx: local_linear(*t))
         else:
             y = dist.local_map(local_linear, out_placements=[[dist.Shard(1)]],
                                in_placements=[[dist.Replicate()], [dist.Shard(1)]], process_mesh=mesh)(x, w)
+        node = y.grad_fn.name()
         (y ** 2).sum().backward()
         out[variant] = {
+            "grad_node": node,
             "y_placements": str(y.placements),
             "dx_placements": str(x.grad.placements),
             "dx_err": float(np.max(np.abs(_full(x.grad, mesh) - xd.grad.numpy()))),
@@ -240,6 +247,54 @@ def gradient_fix_vs_local_map():
             # the plan's native gradient placements (None: this call needs the PyLayer)
             "native_hints": str(plan_cache.plan_for("matmul", [x, w], {}).native_hints),
         }
+    return out
+
+
+#: op -> (shapes, placements per input, Paddle's call on the tensors, the rule's attributes)
+PADDLE_ROUTE_CASES = {
+    "add": (((8, 6), (8, 6)), ("S0", "S0"), lambda t: t[0] + t[1], {}),
+    "matmul_row": (((8, 6), (6, 4)), ("S0", "R"), lambda t: t[0] @ t[1], {}),
+    "matmul_column": (((8, 6), (6, 4)), ("R", "S1"), lambda t: t[0] @ t[1], {}),
+    "softmax": (((8, 6),), ("S0",), lambda t: __import__("paddle").nn.functional.softmax(t[0], -1), {"axis": -1}),
+}
+
+
+def paddle_route_vs_paddle_alone():
+    """Per case, Paddle alone's op, the dispatched call (Paddle's op route) and paddle-ext's own
+    routes on 2 ranks: their grad nodes, and whether outputs and gradients (placements and local
+    values) are bit-equal to Paddle alone's."""
+    import paddle
+    import paddle.distributed as dist
+
+    import paddle_ext.dispatch as pd
+    from paddle_ext.dispatch import core
+
+    mesh = _mesh(M2)
+    kinds = {"S0": [dist.Shard(0)], "S1": [dist.Shard(1)], "R": [dist.Replicate()]}
+    out = {}
+    for name, (shapes, pls, fn, attrs) in PADDLE_ROUTE_CASES.items():
+        op = name.split("_")[0]
+        arrays = [np.random.default_rng(i).standard_normal(s).astype("float32") for i, s in enumerate(shapes)]
+        runs = {}
+        for route in ("alone", "dispatch", "own", "pylayer"):
+            ts = [dist.shard_tensor(paddle.to_tensor(a), mesh, kinds[p]) for a, p in zip(arrays, pls)]
+            for t in ts:
+                t.stop_gradient = False
+            block = {"own": core.own_routes, "pylayer": core.pylayer_only}.get(route)
+            if route == "alone":
+                y = fn(ts)
+            else:
+                with block() if block else contextlib.nullcontext():
+                    y = pd.dispatch(op, ts, attrs, lambda t, c: fn(t))
+            node = (y.grad_fn.name(), [n.name() for n in y.grad_fn.next_functions])
+            (y * y).sum().backward()
+            runs[route] = (node, [y] + [t.grad for t in ts])
+        ref = runs["alone"][1]
+        out[name] = {route: {"node": node,
+                             "same": all(str(a.placements) == str(b.placements)
+                                         and np.array_equal(a._local_value().numpy(), b._local_value().numpy())
+                                         for a, b in zip(got, ref))}
+                     for route, (node, got) in runs.items()}
     return out
 
 
@@ -349,7 +404,7 @@ def misc_checks():
     bad_python = bad_inputs()
     fast_key.use(True)
     return {"grad": gradient_fix_vs_local_map(), "bad": bad_inputs(), "bad_python_key": bad_python,
-            "mean": mean_uneven(), "audit": audit_before_after()}
+            "mean": mean_uneven(), "audit": audit_before_after(), "route": paddle_route_vs_paddle_alone()}
 
 
 def _static_data():

@@ -48,11 +48,13 @@ def test_gradient_fix_mean_fix_audit_and_errors(compiled_key, tmp_path):
         g = r["grad"]
         # a replicated x consumed locally by a column-parallel matmul: dispatch gives a Partial
         # gradient equal to dense; dist.local_map returns the local partial sum as Replicate
-        # both gradient routes: Paddle's native autograd with P(sum) as dtensor_to_local's
-        # gradient placement, and the PyLayer
-        for route in ("dispatch", "dispatch_pylayer"):
+        # every gradient route: Paddle's own matmul (its rule gives this layout), paddle-ext's
+        # native route with P(sum) as dtensor_to_local's gradient placement, and the PyLayer
+        for route in ("dispatch", "dispatch_native", "dispatch_pylayer"):
             assert g[route]["dx_placements"] == "[Partial(reduce_type=SUM)]", (route, g[route])
             assert g[route]["dx_err"] < TOL and g[route]["dw_err"] < TOL, (route, g[route])
+        assert g["dispatch"]["grad_node"] == "MatmulGradNode"
+        assert g["dispatch_native"]["grad_node"] == "DtensorFromLocalGradNode"
         assert g["dispatch"]["native_hints"] == "([Partial(reduce_type=SUM)], [Shard(dim=1)])"
         assert g["local_map"]["dx_placements"] == "[Replicate()]"
         assert g["local_map"]["dx_err"] > 1.0
@@ -72,6 +74,12 @@ def test_gradient_fix_mean_fix_audit_and_errors(compiled_key, tmp_path):
             assert b["m21"] == {"mesh": [2, 1], "local": [2, 4], "err": 0.0}, b["m21"]
             assert b["m12"] == {"mesh": [1, 2], "local": [4, 4], "err": 0.0}, b["m12"]
             assert "different meshes" in b["mesh_shapes"], b["mesh_shapes"]
+        # where Paddle's rule gives paddle-ext's layout, the dispatched call is Paddle's own op:
+        # Paddle alone's graph (one grad node for the op), and every route bit-equal to Paddle alone
+        for case, routes in r["route"].items():
+            assert routes["dispatch"]["node"] == routes["alone"]["node"], (case, routes)
+            assert routes["own"]["node"][0] == "DtensorFromLocalGradNode", (case, routes)
+            assert all(v["same"] for v in routes.values()), (case, routes)
 
 
 def test_to_static_training_matches_dense(tmp_path):
