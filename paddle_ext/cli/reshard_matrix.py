@@ -1,6 +1,6 @@
 """``paddle-ext reshard-matrix``: every placement pair, Paddle native vs paddle-ext, on real ranks.
 
-    paddle-ext reshard-matrix --nproc 2 [--json] [--out docs/reshard_matrix.md]
+    paddle-ext reshard-matrix --nproc 2 [--json] [--out docs/reshard_matrix.md] [--time-limit SECONDS]
 
 ``--nproc 2``: every pair of R/S(0)/S(1)/P(sum|avg|max|min) on a 1-D mesh of 2, on an even
 (4x6), an uneven (5x7) and an empty-shard (1x6) shape. ``--nproc 4``: every pair of
@@ -10,13 +10,15 @@ and cross-mesh pairs ([0,1]->[2,3], ->[1,0], ->[0,2], 1-D -> 2x2, 2x2 -> [2,3]).
 For each pair: Paddle native (ok / error / crash / wrong), paddle-ext (ok / error), bit-exact
 against the dense tensor, and bytes received per rank vs the plan's minimum. Native cases run in
 batches; a batch that crashes or hangs is split in halves until the crashing case is alone, so one
-crash never takes the matrix down. Cross-mesh native cases run one representative per mesh pair
+crash never takes the matrix down; ``--max-launches`` and ``--time-limit`` bound the launches (a
+launch gets at most the time left; what is left over is reported "not run"). Cross-mesh native cases run one representative per mesh pair
 (each one segfaults on Paddle 3.3.1 CPU) and the rest of that mesh pair is reported as such.
 """
 from __future__ import annotations
 
 import json
 import sys
+import time
 from collections import Counter
 
 from ..errors import HarnessError
@@ -28,6 +30,8 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a Markdown table")
     p.add_argument("--out", help="also write the Markdown report to this file")
     p.add_argument("--max-launches", type=int, default=60, help="budget for native bisection launches")
+    p.add_argument("--time-limit", type=float, default=None,
+                   help="seconds for every launch together; later launches are not started, the report is still written")
     p.set_defaults(func=run)
 
 
@@ -49,8 +53,12 @@ def matrix_rank(cases, native: bool) -> dict:
     return run_cases(cases, native)
 
 
-def _run(cases, nproc, native, budget):
-    """{case.id: [Outcome per rank] | "crash: ..."} with bisection on launch failures."""
+MIN_LAUNCH_SECONDS = 20.0   # a launch with less time left than this is not started
+
+
+def _run(cases, nproc, native, budget, deadline=None):
+    """{case.id: [Outcome per rank] | "crash: ..."} with bisection on launch failures; no launch
+    starts after ``deadline`` (``time.monotonic()``) and none runs past it."""
     from ..launcher import run_ranks
 
     out: dict = {}
@@ -58,14 +66,15 @@ def _run(cases, nproc, native, budget):
     def go(batch):
         if not batch:
             return
-        if budget[0] <= 0:
+        left = deadline - time.monotonic() if deadline is not None else float("inf")
+        if budget[0] <= 0 or left < MIN_LAUNCH_SECONDS:
             for c in batch:
-                out[c.id] = "not run (launch budget spent)"
+                out[c.id] = "not run (launch budget spent)" if budget[0] <= 0 else "not run (time limit)"
             return
         budget[0] -= 1
         try:
             per_rank = run_ranks(matrix_rank, nproc=nproc, args=(batch, native),
-                                 timeout=40 + 0.5 * len(batch))
+                                 timeout=min(40 + 0.5 * len(batch), left))
         except HarnessError as exc:
             if len(batch) == 1:
                 first = str(exc).splitlines()
@@ -91,7 +100,7 @@ def _run(cases, nproc, native, budget):
                 verdict = out[batch[0].id]
                 for c in batch[1:]:
                     out[c.id] = (f"not run ({batch[0].id} crashed)" if isinstance(verdict, str)
-                                 else None)
+                                 and verdict.startswith("crash") else None)
                 rest = [c for c in batch[1:] if out[c.id] is None]
                 go(rest)
             else:
@@ -114,12 +123,13 @@ def _classify(case, result, native: bool) -> tuple[str, str]:
     return ("wrong" if native else "error"), why
 
 
-def build(nproc: int, max_launches: int = 60) -> list[dict]:
+def build(nproc: int, max_launches: int = 60, time_limit: float | None = None) -> list[dict]:
     from ..reshard.checks import expected_bytes
 
     cases = _cases(nproc)
-    ext = _run(cases, nproc, False, [max_launches])
-    native = _run(cases, nproc, True, [max_launches])
+    deadline = time.monotonic() + time_limit if time_limit is not None else None
+    ext = _run(cases, nproc, False, [max_launches], deadline)
+    native = _run(cases, nproc, True, [max_launches], deadline)
     rows = []
     for c in cases:
         n_status, n_why = _classify(c, native.get(c.id, "not run"), True)
@@ -136,8 +146,8 @@ def render(rows: list[dict], nproc: int) -> str:
     ext = Counter(r["ext"] for r in rows)
     exact_bytes = sum(1 for r in rows if r["bytes"] is not None and r["bytes"] == r["min_bytes"])
     lines = [f"## {nproc} ranks: {len(rows)} pairs", "",
-             f"- Paddle native: " + ", ".join(f"{k} {v}" for k, v in sorted(native.items())),
-             f"- paddle-ext: " + ", ".join(f"{k} {v}" for k, v in sorted(ext.items())),
+             "- Paddle native: " + ", ".join(f"{k} {v}" for k, v in sorted(native.items())),
+             "- paddle-ext: " + ", ".join(f"{k} {v}" for k, v in sorted(ext.items())),
              f"- bit-exact: {sum(r['bit_exact'] for r in rows)} of {len(rows)}; bytes received == plan "
              f"minimum on {exact_bytes} of {len(rows)} (the others receive less: a multi-step plan's "
              f"minimum sums per-step maxima)", "",
@@ -151,7 +161,7 @@ def render(rows: list[dict], nproc: int) -> str:
 
 
 def run(args) -> int:
-    rows = build(args.nproc, args.max_launches)
+    rows = build(args.nproc, args.max_launches, args.time_limit)
     text = render(rows, args.nproc)
     if args.out:
         with open(args.out, "a") as f:
