@@ -1,7 +1,7 @@
 """Benchmark: a rule-dispatched op vs the same op through Paddle's native SPMD rule.
 
-On 2 CPU ranks (gloo), for add, matmul and softmax on [256,256] and [8,1024] inputs sharded
-S(0), times the median of many calls of (a) the Paddle op on DistTensors and (b) the same local
+On 2 CPU ranks (gloo; ``--nproc 1``: one process, e.g. on one GPU), for add, matmul and softmax
+on [256,256] and [8,1024] inputs sharded S(0), times the median of many calls of (a) the Paddle op on DistTensors and (b) the same local
 op through ``paddle_ext.dispatch`` with paddle-ext's rule, forward with and without autograd
 (recording the graph; backward is not timed), and prints the ratio dispatched / native. The two
 are timed interleaved, in blocks, in one run; each figure is the slower rank's. Once per case the
@@ -10,7 +10,7 @@ in docs/dispatch.md.
 
 ``--key python`` times the dispatcher with its Python cache key instead of the compiled one
 (``paddle_ext.compat.native.fast_key``, the default when it builds here).
-    python tools/bench_dispatch.py [--calls 300] [--key compiled|python] [--write]
+    python tools/bench_dispatch.py [--calls 300] [--key compiled|python] [--nproc 1|2] [--write]
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def _same(op: str, a, b) -> None:
         raise AssertionError(f"{op}: native and dispatched values differ by {np.abs(full[0] - full[1]).max()}")
 
 
-def bench_rank(calls: int, key: str = "compiled"):
+def bench_rank(calls: int, key: str = "compiled", nproc: int = 2):
     import paddle.distributed as dist
     import paddle_ext
 
@@ -69,7 +69,7 @@ def bench_rank(calls: int, key: str = "compiled"):
     from paddle_ext.compat.native import fast_key
     fast_key.use(key == "compiled")
 
-    mesh = dist.ProcessMesh([0, 1], dim_names=["x"])
+    mesh = dist.ProcessMesh(list(range(nproc)), dim_names=["x"])
     rows = []
     for shape in ((256, 256), (8, 1024)):
         rng = np.random.default_rng(0)
@@ -93,7 +93,8 @@ def bench_rank(calls: int, key: str = "compiled"):
                 for t in (x, y, w):
                     t.stop_gradient = not grad
                 _same(name, native(), ours())
-                dist.barrier()
+                if nproc > 1:
+                    dist.barrier()
                 n_us, d_us = _medians_us(native, ours, calls)
                 rows.append({"op": name, "shape": list(shape), "autograd": grad, "native_us": n_us,
                              "dispatch_us": d_us, "ratio": d_us / n_us})
@@ -113,6 +114,7 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--key", choices=("compiled", "python"), default="compiled",
                     help="the dispatcher's cache key: compiled (C++, built on first use) or python")
+    ap.add_argument("--nproc", type=int, choices=(1, 2), default=2, help="ranks (1: one process, no communication)")
     ap.add_argument("--write", action="store_true", help="write the table into docs/dispatch.md")
     args = ap.parse_args(argv)
     if args.key == "compiled":
@@ -123,21 +125,24 @@ def main(argv=None) -> int:
     from paddle_ext.launcher import run_ranks
 
     import bench_dispatch as me
-    res = run_ranks(me.bench_rank, nproc=2, args=(args.calls, args.key), timeout=600)
+    res = run_ranks(me.bench_rank, nproc=args.nproc, args=(args.calls, args.key, args.nproc), timeout=600)
     rows = res[0]
-    for r, r1 in zip(rows, res[1]):   # the slower rank's figure: they run in lockstep
-        r["native_us"] = max(r["native_us"], r1["native_us"])
-        r["dispatch_us"] = max(r["dispatch_us"], r1["dispatch_us"])
-        r["ratio"] = r["dispatch_us"] / r["native_us"]
+    for other in res[1:]:   # the slower rank's figure: they run in lockstep
+        for r, r1 in zip(rows, other):
+            r["native_us"] = max(r["native_us"], r1["native_us"])
+            r["dispatch_us"] = max(r["dispatch_us"], r1["dispatch_us"])
+            r["ratio"] = r["dispatch_us"] / r["native_us"]
     text = table(rows)
     ratios = [r["ratio"] for r in rows]
     load_after = os.getloadavg()
     summary = (f"median ratio {np.median(ratios):.2f}x, worst {max(ratios):.2f}x over {len(rows)} rows; "
-               f"{args.calls} calls per figure; {args.key} key; load average (1/5/15 min) before "
+               f"{args.calls} calls per figure; {args.key} key; {args.nproc} rank(s); load average (1/5/15 min) before "
                f"{'/'.join(f'{v:.2f}' for v in load_before)}, after {'/'.join(f'{v:.2f}' for v in load_after)}")
     print(text)
     print(summary)
     if args.write:
+        if args.nproc != 2:
+            raise SystemExit("--write records the 2-rank table; run it without --nproc")
         doc = open(DOC).read()
         block = f"<!-- bench:start -->\n{text}\n\n{summary}\n<!-- bench:end -->"
         doc = re.sub(r"<!-- bench:start -->.*?<!-- bench:end -->", block, doc, flags=re.S)
