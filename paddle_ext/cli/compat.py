@@ -65,7 +65,7 @@ def run(args) -> int:
             dense, dense_error = None, cells.summarize_failure(str(exc))
         for plan in plans:
             for ex in execs:
-                row = {"model": model, "plan": plan, "world": rm.PLANS[plan][0], "exec": ex}
+                row = {"model": model, "plan": plan, "world": rm.PLANS[plan].world_size, "exec": ex}
                 for mode in modes:
                     start = time.monotonic()
                     if dense is None:
@@ -182,7 +182,7 @@ def merge(old: list[dict], new: list[dict]) -> list[dict]:
     for model in rm.MODELS:
         for plan, spec in rm.PLANS.items():
             for ex in rm.EXECS:
-                row = {"model": model, "plan": plan, "world": spec[0], "exec": ex}
+                row = {"model": model, "plan": plan, "world": spec.world_size, "exec": ex}
                 for mode in rm.MATRIX_MODES:
                     row[mode] = have.get((model, plan, ex), {}).get(mode, ("not run yet", ""))
                 if have.get((model, plan, ex), {}).get("gradients"):

@@ -66,15 +66,15 @@ def _artifacts(plan, args, results, out: Path) -> list[str]:
     (out / "audit.txt").write_text(audit_text + "\n")
     fell_back = sum(r.get("audit_count", 0) for r in results)
     lines.append(f"replication audit: {fell_back} op call(s) fell back to Replicate on any rank -> {out}/audit.txt")
-    if plan.degree("pp") > 1:
+    if plan.pp > 1:
         from ..passes import generate_schedule, simulate_schedule
         from ..passes.render import draw_timeline
 
-        p = plan.degree("pp")
-        result = simulate_schedule(generate_schedule(args.schedule, p, args.microbatches))
-        picture = out / f"schedule_{args.schedule}.png"
+        p, name, m = plan.pp, plan.schedule, plan.microbatches
+        result = simulate_schedule(generate_schedule(name, p, m, plan.chunks))
+        picture = out / f"schedule_{name}.png"
         try:
-            draw_timeline(result, str(picture), title=f"{args.schedule}: {p} ranks, {args.microbatches} microbatches")
+            draw_timeline(result, str(picture), title=f"{name}: {p} ranks, {m} microbatches")
             lines.append(f"schedule picture: {picture} (simulated makespan {result.makespan:g} unit steps)")
         except Exception as exc:  # noqa: BLE001 - a missing matplotlib must not hide the training result
             lines.append(f"schedule picture not written: {exc}")
@@ -107,8 +107,6 @@ def rank_devices(nproc: int, cuda_build: bool, gpus: int, backend: str | None) -
 
 
 def _this_machine(nproc: int) -> tuple[str, dict]:
-    import os
-
     import paddle
 
     cuda = bool(paddle.is_compiled_with_cuda())
@@ -136,7 +134,7 @@ def run(args) -> int:
     if args.steps < 1:
         print("paddle-ext demo: error: --steps must be at least 1", file=sys.stderr)
         return 2
-    if plan.degree("pp") > 1:
+    if plan.pp > 1 and plan.schedule is None:   # a plan text's own :Schedule:mM part wins over the flags
         from ..passes.schedules import get_schedule_info
 
         get_schedule_info(args.schedule)  # an unknown name raises with the list of names
@@ -144,6 +142,7 @@ def run(args) -> int:
             print(f"paddle-ext demo: error: --microbatches {args.microbatches} does not divide the batch of 8; "
                   f"use 1, 2, 4 or 8", file=sys.stderr)
             return 2
+        plan = plan.with_schedule(args.schedule, args.microbatches)
     try:
         device, rank_env = _this_machine(nproc)
     except ValueError as exc:
@@ -153,12 +152,12 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     progress = out / "progress.jsonl"
     progress.unlink(missing_ok=True)
-    run_cfg = RunConfig(plan=plan.name, schedule=args.schedule, steps=args.steps, seed=args.seed,
-                        microbatches=args.microbatches, progress_file=str(progress.resolve()),
-                        fault_rank=args.inject_fault)
-    print(f"paddle-ext demo: plan {plan.name} on {nproc} {device} ranks "
+    run_cfg = RunConfig(plan=plan.name, steps=args.steps, seed=args.seed, batch=plan.batch,
+                        progress_file=str(progress.resolve()), fault_rank=args.inject_fault)
+    print(f"paddle-ext demo: plan {plan.layout} on {nproc} {device} ranks "
           f"(mesh {' x '.join(f'{d}{n}' for d, n in plan.degrees)})"
-          + (f", schedule {args.schedule}" if plan.degree("pp") > 1 else "") + f", {args.steps} steps")
+          + (f", schedule {plan.schedule}, {plan.microbatches} microbatches" if plan.pp > 1 else "")
+          + f", {args.steps} steps")
     stop = threading.Event()
     bar = threading.Thread(target=_progress, args=(progress, args.steps, stop), daemon=True)
     bar.start()
@@ -197,7 +196,9 @@ def run(args) -> int:
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("demo", help="train a small GPT under a parallel plan on CPU (or GPU) ranks vs dense")
-    parser.add_argument("--plan", default=DEFAULT_PLAN, help=f"plan name (default {DEFAULT_PLAN}; --list-plans)")
+    parser.add_argument("--plan", default=DEFAULT_PLAN,
+                        help=f"plan name (default {DEFAULT_PLAN}; --list-plans), or a plan `paddle-ext plan` printed, "
+                             f"e.g. pp2-sp2-tp2:ZBV:m4")
     parser.add_argument("--nproc", type=int, default=None, help="number of ranks (default: what the plan needs)")
     parser.add_argument("--schedule", default="ZBV", help="pipeline schedule for pp plans (default ZBV)")
     parser.add_argument("--steps", type=int, default=20, help="training steps (default 20)")

@@ -12,14 +12,13 @@ from __future__ import annotations
 import numpy as np
 
 from .model import build_model, lm_loss
-from .plans import Plan
+from .plans import ParallelPlan, PlanError, build_mesh
 from .sharding import placements, shard_model
 
 
-def _sub_plan(plan: Plan) -> Plan:
-    """The plan a pipeline rank applies on its own sub-mesh: everything but ``pp``."""
-    return Plan(name=plan.name, degrees=tuple((d, n) for d, n in plan.degrees if d != "pp"),
-                zero_stage=plan.zero_stage, sequence_parallel=plan.sequence_parallel)
+def _sub_plan(plan: ParallelPlan) -> ParallelPlan:
+    """The plan a pipeline rank applies on its own sub-mesh: everything but ``pp`` and the schedule."""
+    return ParallelPlan(dp=plan.dp, tp=plan.tp, zero=plan.zero, sp=plan.sp, batch=plan.batch)
 
 
 def _value(t) -> float:
@@ -32,25 +31,27 @@ def _value(t) -> float:
 
 class PipelineParallel:
     """A GPT split into pipeline stages on this rank's part of the mesh, with its schedule and
-    optimizer; ``train_step`` runs one global batch and returns the global mean loss."""
+    optimizer; ``train_step`` runs one global batch and returns the global mean loss. ``plan``
+    names the schedule and microbatches (``plan.with_schedule("1F1B", 4)`` gives a ``ppN`` plan one)."""
 
-    def __init__(self, plan: Plan, mcfg, seed: int, lr: float, schedule: str, microbatches: int):
+    def __init__(self, plan: ParallelPlan, mcfg, seed: int, lr: float):
         import paddle
         import paddle.distributed as dist
 
         from ..compat.ports.pipelining import pipeline_stage_class
         from ..passes.runtime import get_schedule, pipeline_group, split_model, stage_indices
-        from ..passes.schedules import get_schedule_info
         from ..reshard import prepare_reshard_groups
 
-        if plan.zero_stage:
+        if plan.zero:
             raise ValueError(f"plan {plan.name}: ZeRO with pipeline parallelism is not a demo plan; "
                              f"use zeroK with dp/tp plans, or ppN with dpN/tpN")
-        self.plan, self.p = plan, plan.degree("pp")
-        v = get_schedule_info(schedule).default_chunks
+        if plan.schedule is None:
+            raise PlanError(f"plan {plan.name} names no schedule: give it one, e.g. "
+                             f"plan.with_schedule('1F1B', 4) or the text {plan.layout}:1F1B:m4")
+        schedule, microbatches, v = plan.schedule, plan.microbatches, plan.chunks
+        self.plan, self.p = plan, plan.pp
         n_stages = self.p * v
-        mesh = dist.ProcessMesh(np.arange(plan.world_size).reshape(plan.mesh_shape).tolist(),
-                                dim_names=list(plan.mesh_dims))
+        mesh = build_mesh(plan)
         dist.auto_parallel.set_mesh(mesh)
         group = pipeline_group(mesh, "pp")
         prepare_reshard_groups(mesh)  # reshards inside a stage talk only within the stage's sub-mesh

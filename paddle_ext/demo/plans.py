@@ -1,6 +1,7 @@
-"""Named parallel plans for the demo: which mesh, and how the GPT is sharded on it.
+"""The demo's plans: the documented ones, and the Paddle objects a plan builds (mesh, ZeRO stage).
 
-A plan name joins parts with ``-``; each part is a strategy and its degree:
+A plan is a :class:`paddle_ext.parallel_plan.ParallelPlan`; its text form joins parts with ``-``,
+each a strategy and its degree (``paddle-ext plan`` prints the same names):
 
 =========  ==========================================================================
 ``dpN``    data parallel: the batch is split over N ranks (``Shard(0)`` on the input)
@@ -11,22 +12,20 @@ A plan name joins parts with ``-``; each part is a strategy and its degree:
 ``spN``    sequence parallel on the tensor-parallel ranks (needs ``tpN`` of the same N):
            activations between blocks are ``Shard(seq)``; norms run on the shard; an
            all-gather before q/k/v and gate/up, a reduce-scatter (P->S) after o and down
-``ppN``    pipeline parallel over N stages with ``--schedule`` (one of paddle-ext's)
+``ppN``    pipeline parallel over N stages with ``--schedule`` (one of paddle-ext's), or the
+           plan's own ``:Schedule:mM`` part (e.g. ``pp2-tp2:ZBV:m4``)
 =========  ==========================================================================
 
->>> parse_plan("dp2-tp2")
-Plan(name='dp2-tp2', degrees=(('dp', 2), ('tp', 2)), zero_stage=0, sequence_parallel=False)
->>> parse_plan("zero3-tp2").mesh_dims, parse_plan("zero3-tp2").world_size
-(('dp', 'tp'), 4)
->>> parse_plan("sp2-tp2").degrees
-(('tp', 2),)
+>>> p = parse_plan("zero3-tp2")
+>>> str(p), p.mesh_dims, p.world_size, p.zero
+('zero3d2-tp2', ('dp', 'tp'), 4, 3)
+>>> parse_plan("sp2-tp2").degrees, parse_plan("sp2-tp2").sp
+((('tp', 2),), True)
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
-from ..errors import PaddleExtError
+from ..parallel_plan import ParallelPlan, PlanError
+from ..parallel_plan import parse_plan as _parse
 
 PLANS = {
     "dp2": "data parallel on 2 ranks",
@@ -43,69 +42,42 @@ PLANS = {
     "pp2-sp2-tp2": "2x2 mesh: pipeline parallel x sequence+tensor parallel",
 }
 
-_PART = re.compile(r"(dp|tp|pp|sp|zero[123])(?:d?(\d+))?\Z")
-_ORDER = ("pp", "dp", "tp")  # mesh dim order: pipeline outermost, tensor parallel innermost
 
-
-class PlanError(PaddleExtError):
-    """A plan name that cannot be built; the message lists the documented plans."""
-
-
-@dataclass(frozen=True)
-class Plan:
-    name: str
-    degrees: tuple          # (("dp", 2), ("tp", 2)) in mesh-dim order
-    zero_stage: int = 0
-    sequence_parallel: bool = False
-
-    @property
-    def mesh_dims(self) -> tuple:
-        return tuple(d for d, _ in self.degrees)
-
-    @property
-    def mesh_shape(self) -> tuple:
-        return tuple(n for _, n in self.degrees)
-
-    @property
-    def world_size(self) -> int:
-        size = 1
-        for _, n in self.degrees:
-            size *= n
-        return size
-
-    def degree(self, dim: str) -> int:
-        return dict(self.degrees).get(dim, 1)
-
-
-def parse_plan(name: str) -> Plan:
-    """Parse a plan name such as ``dp2-tp2`` or ``zero3-tp2`` (see the module docstring)."""
+def parse_plan(name: str, batch: int = 8) -> ParallelPlan:
+    """Read a demo plan (:func:`paddle_ext.parallel_plan.parse_plan`); a plan on one rank, or a
+    bad name, is a :class:`PlanError` that lists the documented plans."""
     known = ", ".join(PLANS)
-    if not isinstance(name, str) or not name:
-        raise PlanError(f"plan name {name!r} is empty; use one of {known}")
-    degrees, zero, sp = {}, 0, None
-    for part in name.lower().split("-"):
-        m = _PART.match(part)
-        if not m:
-            raise PlanError(f"plan {name!r}: cannot read {part!r}; parts are dpN, zeroK (K=1,2,3; zeroKdN for degree N), tpN, spN, ppN, "
-                            f"joined by '-'; documented plans: {known}")
-        kind = m.group(1)
-        if m.group(2) is None and not kind.startswith("zero"):
-            raise PlanError(f"plan {name!r}: {part!r} needs a degree, e.g. {kind}2; documented plans: {known}")
-        n = int(m.group(2) or 2)
-        if n < 2:
-            raise PlanError(f"plan {name!r}: {part!r} has degree {n}; a parallel degree is at least 2 (drop the part)")
-        if kind.startswith("zero"):
-            zero, kind = int(kind[4]), "dp"
-        if kind == "sp":
-            sp = n
-            continue
-        if kind in degrees:
-            raise PlanError(f"plan {name!r} sets {kind} twice; give each of dp/zero, tp, pp once")
-        degrees[kind] = n
-    if sp is not None and degrees.get("tp") != sp:
-        raise PlanError(f"plan {name!r}: sequence parallel sp{sp} runs on the tensor-parallel ranks, so it needs tp{sp} too "
-                        f"(e.g. sp{sp}-tp{sp})")
-    if not degrees:
+    plan = _parse(name, batch=batch, hint=f"documented plans: {known}")
+    if plan.world_size == 1:
         raise PlanError(f"plan {name!r} has no parallel part; use one of {known}")
-    ordered = tuple((d, degrees[d]) for d in _ORDER if d in degrees)
-    return Plan(name=name.lower(), degrees=ordered, zero_stage=zero, sequence_parallel=sp is not None)
+    return plan
+
+
+def resolve(text: str, schedule: str, microbatches: int, batch: int) -> ParallelPlan:
+    """The plan a run trains: ``text`` with its own schedule part, else (a ``ppN`` plan without
+    one) ``schedule`` at ``microbatches``; no schedule without pipeline parallelism."""
+    plan = parse_plan(text, batch=batch)
+    if plan.pp > 1 and plan.schedule is None:
+        return plan.with_schedule(schedule, microbatches)
+    return plan
+
+
+def build_mesh(plan: ParallelPlan):
+    """The ``dist.ProcessMesh`` of ``plan`` over ranks ``0..world-1``: its mesh dims (degree > 1)
+    in the order ``pp``, ``dp``, ``tp``."""
+    import numpy as np
+    import paddle.distributed as dist
+
+    return dist.ProcessMesh(np.arange(plan.world_size).reshape(plan.mesh_shape).tolist(),
+                            dim_names=list(plan.mesh_dims))
+
+
+def sharding_stage(plan: ParallelPlan, mesh):
+    """The ``dist.ShardingStageK`` of ``plan``'s ZeRO level on the mesh dim "dp" (None without ZeRO)."""
+    import paddle.distributed as dist
+
+    stage = {1: dist.ShardingStage1, 2: dist.ShardingStage2, 3: dist.ShardingStage3}.get(plan.zero)
+    return stage("dp", mesh) if stage else None
+
+
+__all__ = ["PLANS", "ParallelPlan", "PlanError", "build_mesh", "parse_plan", "resolve", "sharding_stage"]

@@ -4,17 +4,21 @@ Used by the one-mesh runner (:mod:`.train`) and by each pipeline stage (:mod:`.p
 """
 from __future__ import annotations
 
-from .plans import Plan
+from .plans import ParallelPlan
+
+# the plan fields the demo builds (mesh, ZeRO, sequence parallelism, pipeline): a plan that sets
+# another one is refused by the planner's runner (ParallelPlan.unbuilt), never run without it
+BUILDS = ("pp", "dp", "tp", "zero", "sp", "schedule", "chunks", "microbatches", "batch")
 
 
-def placements(plan: Plan, **by_dim):
+def placements(plan: ParallelPlan, **by_dim):
     """One placement per mesh dim: ``by_dim`` gives some (e.g. tp=Shard(1)); the rest Replicate."""
     import paddle.distributed as dist
 
     return [by_dim.get(d, dist.Replicate()) for d in plan.mesh_dims]
 
 
-def shard_model(model, plan: Plan, mesh):
+def shard_model(model, plan: ParallelPlan, mesh):
     """Lay the GPT's parameters out on ``mesh`` and set the blocks' enter/exit reshards."""
     import paddle.distributed as dist
 
@@ -33,7 +37,7 @@ def shard_model(model, plan: Plan, mesh):
     if not tp:
         return model
     replicated = placements(plan)
-    if plan.sequence_parallel:
+    if plan.sp:
         seq = placements(plan, tp=dist.Shard(1), dp=dist.Shard(0))
         full = placements(plan, dp=dist.Shard(0))
         model.embed.exit = lambda t: reshard(t, mesh, seq)          # R -> S(seq): local slice

@@ -7,7 +7,6 @@ ranks), its peak memory and the bytes its collectives were handed.
 from __future__ import annotations
 
 import json
-import os
 import resource
 import time
 from dataclasses import asdict, dataclass
@@ -17,13 +16,16 @@ import numpy as np
 from .data import make_batches
 from .model import GPTConfig, build_model, lm_loss
 from .pipeline import PipelineParallel
-from .plans import Plan, parse_plan
+from .plans import ParallelPlan, build_mesh, parse_plan, resolve, sharding_stage
 from .sharding import placements as _placements
 from .sharding import shard_model as _shard_model
 
 
 @dataclass(frozen=True)
 class RunConfig:
+    """One run: ``plan`` is a plan's text form; a ``ppN`` plan without its own ``:Schedule:mM``
+    part runs ``schedule`` at ``microbatches`` (:func:`.plans.resolve`)."""
+
     plan: str = "dp2-tp2"
     schedule: str = "1F1B"
     steps: int = 20
@@ -36,7 +38,7 @@ class RunConfig:
     fault_rank: int | None = None  # tests: this rank raises at step 1 (a failing rank must end the job)
 
 
-def model_for(plan: Plan) -> GPTConfig:
+def model_for(plan: ParallelPlan) -> GPTConfig:
     """The demo GPT for ``plan``: the default one when every tensor-parallel degree divides its
     widths (d_model, heads, d_ff, sequence), else the same shape family scaled by the degree
     ``k``: d_model 16k, 2k heads, d_ff 32k, sequence 6k (so ``sp3-tp3`` trains evenly).
@@ -70,22 +72,19 @@ def reference_losses(cfg: RunConfig, model_cfg: GPTConfig | None = None) -> list
     return losses
 
 
-def _optimizer(model, plan: Plan, mesh, lr: float):
+def _optimizer(model, plan: ParallelPlan, mesh, lr: float):
     import paddle
     import paddle.distributed as dist
 
     opt = paddle.optimizer.AdamW(lr, parameters=model.parameters())
-    if plan.zero_stage:
-        stage = {1: dist.ShardingStage1, 2: dist.ShardingStage2, 3: dist.ShardingStage3}[plan.zero_stage]
-        return dist.shard_optimizer(opt, stage("dp", mesh))
-    return dist.shard_optimizer(opt)
+    return dist.shard_optimizer(opt, sharding_stage(plan, mesh))
 
 
 @dataclass
 class Parallel:
     """A GPT laid out on a mesh under a plan, with its optimizer: one ``train_step`` per batch."""
 
-    plan: Plan
+    plan: ParallelPlan
     mesh: object
     model: object
     optimizer: object
@@ -107,12 +106,9 @@ class Parallel:
         return float(np.asarray(dist.reshard(loss, self.mesh, _placements(self.plan)).numpy()).reshape(-1)[0])
 
 
-def setup_parallel(plan: Plan, mcfg: GPTConfig, seed: int, lr: float) -> Parallel:
+def setup_parallel(plan: ParallelPlan, mcfg: GPTConfig, seed: int, lr: float) -> Parallel:
     """Build the GPT from ``seed``, shard it for ``plan`` on a mesh of all ranks, wrap the optimizer."""
-    import paddle.distributed as dist
-
-    mesh = dist.ProcessMesh(np.arange(plan.world_size).reshape(plan.mesh_shape).tolist(),
-                            dim_names=list(plan.mesh_dims))
+    mesh = build_mesh(plan)
     model = _shard_model(build_model(mcfg, seed), plan, mesh)
     return Parallel(plan, mesh, model, _optimizer(model, plan, mesh, lr))
 
@@ -148,12 +144,12 @@ def train_rank(run: dict, model_cfg: dict | None = None) -> dict:
         paddle_ext.enable()
     if cfg.fault_rank is not None and dist.get_rank() == cfg.fault_rank:
         raise RuntimeError(f"injected fault on rank {cfg.fault_rank} (paddle-ext demo --inject-fault)")
-    plan = parse_plan(cfg.plan)
+    plan = resolve(cfg.plan, cfg.schedule, cfg.microbatches, cfg.batch)
     mcfg = GPTConfig(**model_cfg) if model_cfg else model_for(plan)
     if dist.get_world_size() != plan.world_size:
         raise ValueError(f"plan {plan.name} needs {plan.world_size} ranks, this job has {dist.get_world_size()}")
-    if plan.degree("pp") > 1:
-        parallel = PipelineParallel(plan, mcfg, cfg.seed, cfg.lr, cfg.schedule, cfg.microbatches)
+    if plan.pp > 1:
+        parallel = PipelineParallel(plan, mcfg, cfg.seed, cfg.lr)
     else:
         parallel = setup_parallel(plan, mcfg, cfg.seed, cfg.lr)
     rank = dist.get_rank()

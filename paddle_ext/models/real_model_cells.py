@@ -69,7 +69,7 @@ def run_cell(model: str, plan: str, mode: str, exec_mode: str, dense: dict, log_
     from ..launcher import run_ranks
 
     try:
-        res = run_ranks(train_rank, PLANS[plan][0], args=(model, plan, mode, exec_mode, "sgd", True),
+        res = run_ranks(train_rank, PLANS[plan].world_size, args=(model, plan, mode, exec_mode, "sgd", True),
                         timeout=timeout, log_dir=log_dir)
     except HarnessError as exc:
         from pathlib import Path

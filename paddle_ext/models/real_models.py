@@ -21,6 +21,7 @@ import zlib
 
 import numpy as np
 
+from ..parallel_plan import ParallelPlan, parse_plan
 from .grad_parity import StepRecorder
 
 STEPS = 3
@@ -31,22 +32,11 @@ LR = 1e-3          # AdamW's, as AutoTrainer trains
 SGD_LR = 0.1       # SGD's in the gradient-parity runs: an update well above a weight's float32 rounding
 INSTALL_HINT = 'PaddleNLP is not importable: install the test extra: pip install -e ".[cpu,test,models]"'
 
-# plan -> (world, pp, dp, mp, sequence_parallel, ZeRO stage on "dp" or 0)
-PLANS = {
-    "single": (1, 1, 1, 1, False, 0),
-    "dp2": (2, 1, 2, 1, False, 0),
-    "dp4": (4, 1, 4, 1, False, 0),
-    "zero3-dp2": (2, 1, 2, 1, False, 3),
-    "mp2": (2, 1, 1, 2, False, 0),
-    "mp2-sp": (2, 1, 1, 2, True, 0),
-    "pp2": (2, 2, 1, 1, False, 0),
-    "dp2mp2": (4, 1, 2, 2, False, 0),
-    "zero1-dp2mp2": (4, 1, 2, 2, False, 1),
-    "zero2-dp2mp2": (4, 1, 2, 2, False, 2),
-    "zero3-dp2mp2": (4, 1, 2, 2, False, 3),
-    "pp2mp2": (4, 2, 1, 2, False, 0),
-    "pp2dp2": (4, 2, 2, 1, False, 0),
-}
+# the matrix's plans under the names its report uses, each a ParallelPlan (its text form on the right)
+PLANS = {name: parse_plan(text, batch=BATCH) for name, text in (
+    ("single", "single"), ("dp2", "dp2"), ("dp4", "dp4"), ("zero3-dp2", "zero3d2"), ("mp2", "tp2"),
+    ("mp2-sp", "sp2-tp2"), ("pp2", "pp2"), ("dp2mp2", "dp2-tp2"), ("zero1-dp2mp2", "zero1d2-tp2"),
+    ("zero2-dp2mp2", "zero2d2-tp2"), ("zero3-dp2mp2", "zero3d2-tp2"), ("pp2mp2", "pp2-tp2"), ("pp2dp2", "pp2-dp2"))}
 MODELS = ("gpt", "qwen", "deepseek_v2", "llama")
 AUTO_REFERENCE = ("qwen", "deepseek_v2", "llama")  # dense reference: the auto class on one process
 MODES = ("alone", "install", "enable")
@@ -73,8 +63,10 @@ def _casual_mask_switch():
 
 def require_paddlenlp():
     """Import PaddleNLP or raise an ImportError that says how to install it."""
+    import importlib
+
     try:
-        import paddlenlp  # noqa: F401
+        importlib.import_module("paddlenlp")
     except Exception as exc:  # a broken pin shows as any import-time error
         raise ImportError(f"{INSTALL_HINT} ({type(exc).__name__}: {exc})") from exc
 
@@ -243,7 +235,7 @@ def dense_losses(model: str, steps: int = STEPS, batch: int = BATCH) -> list[flo
     one process too, where no parallelism is involved): their reference is the auto class trained
     on one process by Paddle alone (every tensor whole), i.e. the plan "single" in mode "alone"."""
     if model in AUTO_REFERENCE:
-        return train_layout(model, PLANS["single"], "alone", "dygraph", steps, batch)["losses"]
+        return train_layout(model, parse_plan("single", batch=batch), "alone", "dygraph", steps)["losses"]
     import faulthandler
     import sys
 
@@ -376,15 +368,20 @@ def train_rank(model: str, plan: str, mode: str, exec_mode: str, optimizer: str 
     return train_layout(model, PLANS[plan], mode, exec_mode, optimizer=optimizer, record=record, mutate=mutate)
 
 
-def train_layout(model: str, layout: tuple, mode: str, exec_mode: str, steps: int = STEPS,
-                 batch: int = BATCH, optimizer: str = "adamw", record: bool = False, mutate: dict | None = None) -> dict:
-    """One rank of a training run on ``layout`` = (world, pp, dp, mp, sequence_parallel, ZeRO
-    stage), ``steps`` steps of a global ``batch``; returns {"rank", "losses", "params_written",
-    "step_ends" (``perf_counter`` after each step), "peak_memory" (this process's peak RSS in
-    bytes)}. ``optimizer``: "adamw" or "sgd" (:func:`make_optimizer`).
-    ``record``: also the first step's "weights0", "grads" (dygraph only: under ``dist.to_static``
-    the gradient stays in the program) and "updates" as this rank's :mod:`.grad_parity` records; ``mutate`` ({name fragment: factor}) scales those gradients
-    before the step, for the tests that show a wrong gradient is caught."""
+def mesh_degrees(plan: ParallelPlan) -> list:
+    """``fleet.auto.create_mesh``'s dims for ``plan``: every dim, pp outermost, tp named "mp"."""
+    return [("pp", plan.pp), ("dp", plan.dp), ("mp", plan.tp)]
+
+
+def train_layout(model: str, plan: ParallelPlan, mode: str, exec_mode: str, steps: int = STEPS,
+                 optimizer: str = "adamw", record: bool = False, mutate: dict | None = None) -> dict:
+    """One rank of a training run of ``plan`` (mesh, ZeRO level, sequence parallelism; a pipeline
+    by annotation), ``steps`` steps of its global batch; returns {"rank", "losses", "params_written",
+    "step_ends" (``perf_counter`` after each step), "peak_memory" (this process's peak RSS in bytes)}.
+    ``optimizer``: "adamw" or "sgd" (:func:`make_optimizer`). ``record``: also the first step's
+    "weights0", "grads" (dygraph only: under ``dist.to_static`` the gradient stays in the program)
+    and "updates" as this rank's :mod:`.grad_parity` records; ``mutate`` ({name fragment: factor})
+    scales those gradients before the step, for the tests that show a wrong gradient is caught."""
     import faulthandler
     import resource
     import sys
@@ -409,9 +406,9 @@ def train_layout(model: str, layout: tuple, mode: str, exec_mode: str, steps: in
         paddle_ext.enable()
     require_paddlenlp()
     _casual_mask_switch()
-    world, pp, dp, mp, sp, zero = layout
+    pp, dp, mp, batch = plan.pp, plan.dp, plan.tp, plan.batch
     # the process state of PaddleNLP's auto-parallel path (training_args + run_pretrain_auto)
-    fleet.auto.create_mesh([("pp", pp), ("dp", dp), ("mp", mp)])
+    fleet.auto.create_mesh(mesh_degrees(plan))
     strategy = fleet.DistributedStrategy()
     strategy.hybrid_configs = {"dp_degree": dp, "mp_degree": mp, "pp_degree": pp,
                                "order": ["pp", "dp", "sharding", "sep", "mp"]}
@@ -423,7 +420,7 @@ def train_layout(model: str, layout: tuple, mode: str, exec_mode: str, steps: in
     # names the Python line it came from in the worker log
     faulthandler.enable(file=sys.stderr, all_threads=False)
     paddle.seed(0)
-    cfg = config(model, mp=mp, sp=sp)
+    cfg = config(model, mp=mp, sp=plan.sp)
     cls, crit_cls = classes(model, auto=True)
     with paddle.LazyGuard():
         net = cls(cfg)
@@ -432,7 +429,7 @@ def train_layout(model: str, layout: tuple, mode: str, exec_mode: str, steps: in
     initialize_lazy(net)
     written = set_weights(net)
     opt = make_optimizer(optimizer, net.parameters())
-    stage = {1: dist.ShardingStage1, 2: dist.ShardingStage2, 3: dist.ShardingStage3}.get(zero)
+    stage = {1: dist.ShardingStage1, 2: dist.ShardingStage2, 3: dist.ShardingStage3}.get(plan.zero)
     opt = dist.shard_optimizer(opt, stage(sharding_mesh_dim="dp") if stage else None)
     global_mesh = fleet.auto.get_mesh()
     meshes = [global_mesh.get_mesh_with_dim("pp")[0]]

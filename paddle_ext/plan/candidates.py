@@ -1,9 +1,10 @@
 """The plans the search considers for a model on N ranks (pure: no Paddle).
 
-A :class:`Candidate` is a mesh ``pp x dp x tp`` (pipeline outermost, tensor parallel innermost,
-as the demo lays it out), a ZeRO stage on ``dp``, sequence parallelism on the ``tp`` ranks, a
-pipeline schedule with its microbatch count, and the global batch. :func:`enumerate_candidates`
-lists every one that the model's sizes allow:
+Each is a :class:`~paddle_ext.parallel_plan.ParallelPlan` (``Candidate`` is the same class): a
+mesh ``pp x dp x tp`` (pipeline outermost, tensor parallel innermost), a ZeRO stage on ``dp``,
+sequence parallelism on the ``tp`` ranks, a pipeline schedule with its microbatch count, and the
+global batch; its name is the text form the demo and ``parse_plan`` read.
+:func:`enumerate_candidates` lists every one that the model's sizes allow:
 
 * ``tp`` divides the heads, the hidden size and the MLP width; ``sp`` needs ``tp > 1`` dividing
   the sequence; ``dp`` divides the batch; ZeRO stages 1-3 need ``dp > 1``;
@@ -22,51 +23,15 @@ could not be proved by running (docs/plan.md).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Tuple
 
+from ..parallel_plan import ParallelPlan
 from ..passes.schedules import SCHEDULES
 from .errors import MeshFactorError
 
 
-@dataclass(frozen=True)
-class Candidate:
-    pp: int = 1
-    dp: int = 1
-    tp: int = 1
-    zero: int = 0
-    sp: bool = False
-    schedule: Optional[str] = None
-    chunks: int = 1
-    microbatches: int = 1
-    batch: int = 8
-
-    @property
-    def world(self) -> int:
-        return self.pp * self.dp * self.tp
-
-    @property
-    def n_stages(self) -> int:
-        return self.pp * self.chunks
-
-    @property
-    def plan(self) -> str:
-        """The demo's plan name (``paddle_ext.demo.plans.parse_plan`` reads it)."""
-        parts = [f"pp{self.pp}"] if self.pp > 1 else []
-        if self.dp > 1:
-            parts.append(f"zero{self.zero}d{self.dp}" if self.zero else f"dp{self.dp}")
-        if self.tp > 1:
-            parts += ([f"sp{self.tp}"] if self.sp else []) + [f"tp{self.tp}"]
-        return "-".join(parts) or "single"
-
-    @property
-    def name(self) -> str:
-        return self.plan + (f":{self.schedule}:m{self.microbatches}" if self.pp > 1 else "")
-
-    @property
-    def microbatch_samples(self) -> int:
-        """Samples in one microbatch on one data-parallel replica."""
-        return self.batch // (self.dp * self.microbatches)
+# a plan the search considers is a ParallelPlan: the demo and the real-model runner run the same value
+Candidate = ParallelPlan
 
 
 def factorisations(nproc: int) -> Tuple[Tuple[int, int, int], ...]:
@@ -89,7 +54,7 @@ def _powers_of_two(limit: int, cap: int):
 
 
 def enumerate_candidates(n_layers: int, heads: int, hidden: int, ffn: int, seq: int, batch: int, nproc: int,
-                         schedules=None, max_microbatches: int = 64) -> Tuple[Candidate, ...]:
+                         schedules=None, max_microbatches: int = 64) -> Tuple[ParallelPlan, ...]:
     """All candidates for a model of ``n_layers`` pipeline pieces (embedding, blocks, head) on
     ``nproc`` ranks; :class:`MeshFactorError` when none fits (the message says why)."""
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 2:
@@ -106,7 +71,7 @@ def enumerate_candidates(n_layers: int, heads: int, hidden: int, ffn: int, seq: 
         for zero in zeros:
             for sp in sps:
                 if pp == 1:
-                    out.append(Candidate(1, dp, tp, zero, sp, None, 1, 1, batch))
+                    out.append(ParallelPlan(1, dp, tp, zero, sp, None, 1, 1, batch))
                     continue
                 for info in infos:
                     v = info.default_chunks
@@ -114,7 +79,7 @@ def enumerate_candidates(n_layers: int, heads: int, hidden: int, ffn: int, seq: 
                         continue
                     for m in _powers_of_two(batch // dp, max_microbatches):
                         if (batch // dp) % m == 0 and info.valid_sizes(pp, m, v):
-                            out.append(Candidate(pp, dp, tp, zero, sp, info.name, v, m, batch))
+                            out.append(ParallelPlan(pp, dp, tp, zero, sp, info.name, v, m, batch))
     if not out:
         raise MeshFactorError(
             f"no plan fits {nproc} ranks: every factorisation pp x dp x tp = {nproc} fails "
@@ -124,4 +89,4 @@ def enumerate_candidates(n_layers: int, heads: int, hidden: int, ffn: int, seq: 
     return tuple(out)
 
 
-__all__ = ["Candidate", "enumerate_candidates", "factorisations"]
+__all__ = ["Candidate", "ParallelPlan", "enumerate_candidates", "factorisations"]

@@ -194,12 +194,12 @@ def _least_finish(stages: List[StageCost], rank_stages, busy, m: int, latency: f
 
 
 def contention(c: Candidate, profile: Profile, utilization: float = 1.0) -> float:
-    """How many times slower a CPU rank computes when ``c.world * utilization`` ranks compute at
+    """How many times slower a CPU rank computes when ``c.world_size * utilization`` ranks compute at
     once on the profile's ``host.cores`` (1 without ``host``: every rank owns its device).
     A mean-field model: without pipelining every rank computes at once (``utilization`` 1);
     with it, the schedule's mean busy fraction (its bubbles leave cores to the busy ranks)."""
     cores = profile.host_cores()
-    return max(1.0, c.world * utilization / cores) if cores else 1.0
+    return max(1.0, c.world_size * utilization / cores) if cores else 1.0
 
 
 def _stage_times(stages: List[StageCost]) -> tuple:
@@ -216,7 +216,7 @@ def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: in
     lower bounds (``simulated=False``). Compute is stretched by :func:`contention` (a pipeline's
     utilization from a first, uncontended simulation; none in a lower bound)."""
     memo = {} if memo is None else memo
-    comm = CommCost(profile, c, ranks_per_node or c.world)
+    comm = CommCost(profile, c, ranks_per_node or c.world_size)
     stages: List[StageCost] = stage_costs(model, c, profile, comm, memo, contention(c, profile) if c.pp == 1 else 1.0)
     by_stage = stage_layers(model, c.n_stages)
     itemsize = model.dtype_bytes
@@ -267,7 +267,7 @@ def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: in
         if sum(mem.values()) > peak:
             peak, memory = sum(mem.values()), mem
     parts.update(rank_tail)
-    parts["loss sync"] = comm.time("all_reduce", c.world, 4, "world")
+    parts["loss sync"] = comm.time("all_reduce", c.world_size, 4, "world")
     simulated = c.pp == 1 or not lower_bound
     if c.pp > 1 and simulated:
         makespan, sim_busy, _, _ = _simulate(c.schedule, c.pp, c.microbatches, c.chunks, _stage_times(stages), act,

@@ -1,6 +1,7 @@
 """Prove predictions by running a PaddleNLP auto model: a plan through the real-model runner.
 
-``paddle-ext plan --model paddlenlp-gpt --run K`` launches each plan through
+``paddle-ext plan --model paddlenlp-gpt --run K`` hands each plan (the same
+:class:`~paddle_ext.parallel_plan.ParallelPlan` the search ranked) to
 :func:`paddle_ext.models.real_models.train_layout`, the runner of ``paddle-ext compat --models``:
 PaddleNLP's own auto-parallel path (``fleet.auto.create_mesh``, ``LazyGuard``,
 ``dist.shard_dataloader``, ``dist.shard_optimizer``, the model's own placements) with every
@@ -27,6 +28,8 @@ from .runner import _cpu_rank_env, step_times
 
 # schedules that, at one microbatch on one chunk, are "every forward, then every backward"
 F_THEN_B = ("FThenB", "1F1B", "Eager1F1B")
+# the plan fields train_layout builds; a plan that sets another one is refused (ParallelPlan.unbuilt)
+BUILDS = ("pp", "dp", "tp", "zero", "sp", "schedule", "chunks", "microbatches", "batch")
 
 
 def model_key(model_name: str) -> str:
@@ -36,6 +39,8 @@ def model_key(model_name: str) -> str:
 
 def runnable(c: Candidate, n_hidden_layers: int) -> str:
     """Why the real-model runner cannot run ``c`` ("" when it can)."""
+    if c.unbuilt(BUILDS):
+        return f"the PaddleNLP runner does not build {', '.join(c.unbuilt(BUILDS))}"
     if c.pp == 1:
         return ""
     if c.zero:
@@ -47,19 +52,14 @@ def runnable(c: Candidate, n_hidden_layers: int) -> str:
     return ""
 
 
-def layout(c: Candidate) -> tuple:
-    """The real-model runner's (world, pp, dp, mp, sequence_parallel, ZeRO stage)."""
-    return (c.world, c.pp, c.dp, c.tp, c.sp, c.zero)
-
-
 def run_candidate(c: Candidate, model_name: str, steps: int = 16, timeout: float = 600.0, lock: str | None = None,
                   log_dir=None) -> dict:
     """Run plan ``c`` on PaddleNLP's ``model_name``; ``{"measured_step_s", "measured_peak_bytes",
     "step_times", "losses", "steal_fraction"}``."""
     stolen: dict = {}
     with optional_file_lock(lock), steal_meter(stolen):
-        results = run_ranks(train_layout, nproc=c.world,
-                            args=(model_key(model_name), layout(c), OUTSIDE_STATIC_MODE, "dygraph", steps, c.batch),
+        results = run_ranks(train_layout, nproc=c.world_size,
+                            args=(model_key(model_name), c, OUTSIDE_STATIC_MODE, "dygraph", steps),
                             timeout=timeout, log_dir=log_dir, env=_cpu_rank_env(), teardown="warn",
                             pin_cpus=True)   # as the demo's runner and the profile
     ends = next(r for r in results if r["rank"] == 0)["step_ends"]   # perf_counter readings
@@ -69,4 +69,4 @@ def run_candidate(c: Candidate, model_name: str, steps: int = 16, timeout: float
             "step_times": diffs, "losses": losses, **stolen}
 
 
-__all__ = ["F_THEN_B", "layout", "model_key", "runnable", "run_candidate"]
+__all__ = ["BUILDS", "F_THEN_B", "model_key", "runnable", "run_candidate"]

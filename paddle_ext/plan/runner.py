@@ -1,12 +1,14 @@
 """Prove predictions by running: a plan through the demo's runner on CPU ranks (an adapter).
 
 Each plan runs :func:`paddle_ext.demo.train.train_rank` (the runner ``paddle-ext demo`` uses)
-through :func:`paddle_ext.launcher.run_ranks` with the described model's sizes, the plan's batch,
-schedule and microbatches. The step time is the median of rank 0's step-to-step times after
-``warmup`` steps (from the runner's progress records); the peak memory is the largest per-rank
-peak the runner reports (``ru_maxrss`` on CPU, the allocator's peak on GPU). Each rank is bound
-to one CPU (``run_ranks(pin_cpus=True)``): with 4 ranks on 2 CPUs, which ranks share a CPU is
-then the same in every run and in the profile, not the scheduler's choice of the moment.
+through :func:`paddle_ext.launcher.run_ranks` with the described model's sizes; the run's plan is
+the plan's text form (mesh, ZeRO, schedule, microbatches) and its batch, which the demo reads
+back into the same :class:`~paddle_ext.parallel_plan.ParallelPlan`. The step time is the median
+of rank 0's step-to-step times after ``warmup`` steps (from the runner's progress records); the
+peak memory is the largest per-rank peak the runner reports (``ru_maxrss`` on CPU, the
+allocator's peak on GPU). Each rank is bound to one CPU (``run_ranks(pin_cpus=True)``): with 4
+ranks on 2 CPUs, which ranks share a CPU is then the same in every run and in the profile, not
+the scheduler's choice of the moment.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from ..compat.native.cpp_build import optional_file_lock
+from ..demo.sharding import BUILDS
 from .candidates import Candidate
 from .host_steal import steal_meter
 
@@ -34,6 +37,8 @@ def steps_for(predicted_step_s: float, timed_s: float = TIMED_S) -> int:
 
 def runnable(c: Candidate, n_layers: int) -> str:
     """Why the demo's runner cannot run ``c`` ("" when it can)."""
+    if c.unbuilt(BUILDS):
+        return f"the demo does not build {', '.join(c.unbuilt(BUILDS))}"
     if c.pp > 1 and c.zero:
         return "the demo runs ZeRO only without pipelining"
     if c.n_stages > n_layers:
@@ -50,12 +55,12 @@ def run_candidate(c: Candidate, model_config: dict, steps: int = 6, timeout: flo
 
     work = Path(tempfile.mkdtemp(prefix="paddle_ext_plan_run_"))
     progress = work / "progress.jsonl"
-    run = RunConfig(plan=c.plan, schedule=c.schedule or "1F1B", steps=steps, batch=c.batch,
+    run = RunConfig(plan=c.name, schedule=c.schedule or "1F1B", steps=steps, batch=c.batch,
                     microbatches=c.microbatches, progress_file=str(progress))
     env = _cpu_rank_env()
     stolen: dict = {}
     with optional_file_lock(lock), steal_meter(stolen):
-        results = run_ranks(train_rank, nproc=c.world, args=(run.__dict__, dict(model_config)), timeout=timeout,
+        results = run_ranks(train_rank, nproc=c.world_size, args=(run.__dict__, dict(model_config)), timeout=timeout,
                             log_dir=log_dir, env=env, teardown="warn", pin_cpus=True)
     elapsed = [json.loads(line)["elapsed"] for line in progress.read_text().splitlines() if line.strip()]
     diffs = step_times(elapsed)

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import List, Optional
 
+from ..parallel_plan import FIELDS
 from .candidates import Candidate, enumerate_candidates
 from .errors import MeshFactorError, NoFeasiblePlanError
 from .memory import format_bytes, parse_memory
@@ -43,7 +44,7 @@ def requirements(model: ModelDesc, cands, ranks_per_node: int):
     for samples, tp in {(c.microbatch_samples, c.tp) for c in cands}:
         gemms.update(local_gemm(op, samples, tp) for op in ops)
     for c in cands:
-        comm = CommCost(None, c, ranks_per_node or c.world)
+        comm = CommCost(None, c, ranks_per_node or c.world_size)
         if c.tp > 1:
             kinds = ("all_gather", "reduce_scatter") if c.sp else ("all_reduce",)
             colls.update((k, c.tp, comm.inter_node("tp")) for k in kinds)
@@ -52,7 +53,7 @@ def requirements(model: ModelDesc, cands, ranks_per_node: int):
             colls.update((k, c.dp, comm.inter_node("dp")) for k in kinds)
         if c.pp > 1:
             colls.add(("p2p", 2, comm.inter_node("pp")))
-        colls.add(("all_reduce", c.world, comm.inter_node("world")))
+        colls.add(("all_reduce", c.world_size, comm.inter_node("world")))
     return sorted(gemms), sorted(colls)
 
 
@@ -159,8 +160,7 @@ def to_json(result: SearchResult, top: Optional[int] = None) -> dict:
         c: Candidate = p.candidate
         plans.append({"name": c.name, "predicted_step_s": p.step_s, "predicted_peak_bytes": p.peak_bytes,
                       "measured_step_s": None, "measured_peak_bytes": None,
-                      "plan": c.plan, "pp": c.pp, "dp": c.dp, "tp": c.tp, "zero": c.zero, "sp": c.sp,
-                      "schedule": c.schedule, "microbatches": c.microbatches, "batch": c.batch,
+                      "plan": c.layout, **{f: getattr(c, f) for f in FIELDS},
                       "simulated": p.simulated, "same_as": list(p.same_as), "top": [{"part": k, "fraction": f} for k, f in p.top(3)],
                       "memory": p.memory})
     return {"candidates": result.candidates, "search_s": result.search_s, "feasible": len(result.plans),

@@ -196,7 +196,7 @@ class CommCost:
     def inter_node(self, dim: str) -> bool:
         c = self.candidate
         stride, size = {"tp": (1, c.tp), "dp": (c.tp, c.dp), "pp": (c.tp * c.dp, c.pp),
-                        "world": (1, c.world)}[dim]
+                        "world": (1, c.world_size)}[dim]
         return stride * size > self.ranks_per_node
 
     def time(self, kind: str, group: int, nbytes: float, dim: str) -> float:

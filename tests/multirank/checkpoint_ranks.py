@@ -27,7 +27,7 @@ def _setup(plan_name, seed):
     """The demo's layout for ``plan_name``: pipeline plans hold only their stages' parameters."""
     plan = parse_plan(plan_name)
     if plan.degree("pp") > 1:
-        return PipelineParallel(plan, CFG, seed, LR, "1F1B", microbatches=4)
+        return PipelineParallel(plan.with_schedule("1F1B", microbatches=4), CFG, seed, LR)
     return setup_parallel(plan, CFG, seed=seed, lr=LR)
 
 

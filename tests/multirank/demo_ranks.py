@@ -38,7 +38,7 @@ def _probe(plan_name, schedule, scales):
     mcfg = model_for(plan)
     x, y = make_batches(1, cfg.batch, mcfg.seq_len, mcfg.vocab, cfg.seed)[0]
     if plan.degree("pp") > 1:
-        pp = PipelineParallel(plan, mcfg, cfg.seed, cfg.lr, schedule, cfg.microbatches)
+        pp = PipelineParallel(plan.with_schedule(schedule, cfg.microbatches), mcfg, cfg.seed, cfg.lr)
         opt = paddle.optimizer.SGD(PROBE_LR, parameters=pp.params)
         opt = dist.shard_optimizer(opt) if pp.sub_mesh is not None else opt
         mine = {id(q) for q in pp.params}
@@ -53,8 +53,8 @@ def _probe(plan_name, schedule, scales):
                                 dim_names=list(plan.mesh_dims))
         model = shard_model(build_model(mcfg, cfg.seed), plan, mesh)
         opt = paddle.optimizer.SGD(PROBE_LR, parameters=model.parameters())
-        if plan.zero_stage:
-            stage = getattr(dist, f"ShardingStage{plan.zero_stage}")
+        if plan.zero:
+            stage = getattr(dist, f"ShardingStage{plan.zero}")
             opt = dist.shard_optimizer(opt, stage("dp", mesh))
         else:
             opt = dist.shard_optimizer(opt)

@@ -60,7 +60,7 @@ def _train(model, plan, mode, exec_mode, tmp_path, mutate=None):
     # Paddle alone is the baseline: a crash of Paddle's own interpreter teardown, after every rank
     # returned its losses (seen once in CI: SIGABRT, GPT mp2), is Paddle's; its values stand and
     # the harness warns. With paddle-ext on, teardown must stay clean
-    return run_ranks(rm.train_rank, rm.PLANS[plan][0], args=(model, plan, mode, exec_mode, "sgd", True, mutate),
+    return run_ranks(rm.train_rank, rm.PLANS[plan].world_size, args=(model, plan, mode, exec_mode, "sgd", True, mutate),
                      timeout=300, log_dir=tmp_path / "log", teardown="warn" if mode == "alone" else "raise")
 
 
@@ -80,7 +80,7 @@ def _assert_matches(dense, results, world, exec_mode="dygraph"):
                                         ("zero3-dp2mp2", "install")])
 def test_gpt_dygraph_matches_dense(plan, mode, dense, tmp_path):
     res = _train("gpt", plan, mode, "dygraph", tmp_path)
-    _assert_matches(dense("gpt"), res, rm.PLANS[plan][0])
+    _assert_matches(dense("gpt"), res, rm.PLANS[plan].world_size)
     # every rank of a plan without pp holds the loss
     assert all(r["losses"] is not None for r in res)
 
@@ -130,7 +130,7 @@ def test_deepseek_v2_gate_gradient_is_the_dense_one_with_data_parallel(plan, den
     # rank's share already carries 1/N of the batch, so an average halved it at dp 2 (quartered
     # at dp 4). With pipeline_by_annotation (what dp needs: expert sub-meshes) it is summed
     res = _train("deepseek_v2", plan, rm.OUTSIDE_MODE, "dygraph", tmp_path)
-    _assert_matches(dense("deepseek_v2"), res, rm.PLANS[plan][0])
+    _assert_matches(dense("deepseek_v2"), res, rm.PLANS[plan].world_size)
     rows = {r.name: r for r in gp.compare_all(gp.assemble_all(res, "grads"), dense("deepseek_v2")["grads"], TOL)}
     assert abs(rows["deepseek_v2.layers.1.mlp.gate.weight"].norm_ratio - 1.0) < 1e-6
 

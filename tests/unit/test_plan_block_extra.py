@@ -41,7 +41,7 @@ def test_only_for_the_model_and_sizes_it_timed(model, hidden, seq, tp):
 
 
 def _stage(p, model=MODEL, c=Candidate(tp=2, batch=2)):
-    return stage_costs(model, c, p, CommCost(p, c, c.world))[0]
+    return stage_costs(model, c, p, CommCost(p, c, c.world_size))[0]
 
 
 def test_a_timed_layer_replaces_the_formulas_collectives_and_dispatch():

@@ -67,11 +67,24 @@ def test_missing_paddlenlp_says_how_to_install(monkeypatch):
         rm.require_paddlenlp()
 
 
-def test_every_plan_fits_its_world():
-    for name, (world, pp, dp, mp, sp, zero) in rm.PLANS.items():
-        assert pp * dp * mp == world, name
-        assert rm.BATCH % dp == 0 and rm.SEQ % mp == 0, name
-        assert not zero or dp > 1, name
+# the matrix's plans as they were written before they became ParallelPlans:
+# name -> (world, pp, dp, mp, sequence_parallel, ZeRO stage on "dp" or 0); the report's rows keep these names
+MATRIX = {
+    "single": (1, 1, 1, 1, False, 0), "dp2": (2, 1, 2, 1, False, 0), "dp4": (4, 1, 4, 1, False, 0),
+    "zero3-dp2": (2, 1, 2, 1, False, 3), "mp2": (2, 1, 1, 2, False, 0), "mp2-sp": (2, 1, 1, 2, True, 0),
+    "pp2": (2, 2, 1, 1, False, 0), "dp2mp2": (4, 1, 2, 2, False, 0), "zero1-dp2mp2": (4, 1, 2, 2, False, 1),
+    "zero2-dp2mp2": (4, 1, 2, 2, False, 2), "zero3-dp2mp2": (4, 1, 2, 2, False, 3),
+    "pp2mp2": (4, 2, 1, 2, False, 0), "pp2dp2": (4, 2, 2, 1, False, 0),
+}
+
+
+def test_every_plan_is_the_layout_the_matrix_ran():
+    assert list(rm.PLANS) == list(MATRIX)
+    for name, plan in rm.PLANS.items():
+        world, pp, dp, mp, sp, zero = MATRIX[name]
+        assert (plan.world_size, plan.pp, plan.dp, plan.tp, plan.sp, plan.zero) == MATRIX[name], name
+        assert rm.mesh_degrees(plan) == [("pp", pp), ("dp", dp), ("mp", mp)], name
+        assert plan.batch == rm.BATCH and rm.BATCH % plan.dp == 0 and rm.SEQ % plan.tp == 0, name
 
 
 def test_a_partial_run_updates_the_table_instead_of_replacing_it(tmp_path):
