@@ -115,10 +115,10 @@ def _run_plans(args, model, result, doc: dict) -> None:
                 print(f"paddle-ext plan: {entry['name']} failed: {entry['run_error']}", file=sys.stderr)
     measured = {e["name"]: passes[e["name"]] for e in chosen if "run_error" not in e and passes[e["name"]]}
     # each pass's pace, then the median paced pass (plan/measured.py): a slow and a fast spell of
-    # the machine both last minutes here; the fastest pass favoured whichever plan a fast spell met
-    # (docs/plan.md, round 19), and a whole pass's pace moved by more than the plans differ (round
-    # 33). Passes during which the host took more than STEAL_WARN of the CPU time measure the host
-    # (round 21): left out while a pass remains.
+    # a shared machine both last minutes, so the fastest pass favours whichever plan a fast spell
+    # met, and a whole pass's pace can move by more than the plans differ. Passes during which the
+    # host took more than STEAL_WARN of the CPU time measure the host: left out while a pass
+    # remains (docs/measurements/plan_rounds.md, "Run rules and what the model leaves out").
     paces = pass_paces({name: [r["measured_step_s"] for r in runs] for name, runs in measured.items()})
     for entry in chosen:
         runs = measured.get(entry["name"])

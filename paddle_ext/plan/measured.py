@@ -2,13 +2,13 @@
 
 ``plan --run`` runs every chosen plan once per pass, pass after pass. On a shared machine the pace
 of a whole pass moves by more than the best plans differ: the geometric mean of the demo's eight
-plans' steps went 39.8, 48.4, 52.3 ms over the three passes of round 28, 50.6, 54.0, 42.6 ms in
-round 33, while the eight plans lie within 20% of each other (docs/plan.md). A pass's **pace** is
-that geometric mean over the plans measured in every pass, divided by the mean of all passes'
-(1.0: the run's mean pace); a plan's **paced** step in a pass is its step divided by the pass's
-pace, i.e. what it would have measured at the run's mean pace. A plan's figure is the median
-(lower middle) of its paced passes, leaving out passes during which the host took more than
-``steal_limit`` of the CPU while a cleaner one remains.
+best plans' steps moved by as much as 31% within one run of three passes, while the eight lie
+within 20% of each other (docs/measurements/plan_rounds.md, "Run rules and what the model leaves
+out"). A pass's **pace** is that geometric mean over the plans measured in every pass, divided
+by the mean of all passes' (1.0: the run's mean pace); a plan's **paced** step in a pass is its
+step divided by the pass's pace, i.e. what it would have measured at the run's mean pace. A
+plan's figure is the median (lower middle) of its paced passes, leaving out passes during which
+the host took more than ``steal_limit`` of the CPU while a cleaner one remains.
 
 With fewer than :data:`MIN_PLANS_TO_PACE` plans a pass's mean is mostly the plans themselves, so
 every pace is 1.0 and the figure is the plain median pass.

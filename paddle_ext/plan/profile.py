@@ -289,7 +289,8 @@ def measure_pipeline_action(data: dict, model_config: dict, timeout: float, npro
     its compute, per pipeline degree (:func:`pipeline_degrees`): the demo's ``ppD`` plan with 1F1B
     at 1 and at 8 microbatches on D ranks, each the median of three 128-step runs, alternated, and
     the cost that makes the prediction grow as much (:func:`fit_action_cost`). The degrees differ:
-    4 ranks on 2 cores measured 3.0 ms an action where 2 ranks measured 1.9-2.0 ms (docs/plan.md).
+    4 ranks on 2 cores measured 3.0 ms an action where 2 ranks measured 1.9-2.0 ms
+    (docs/measurements/plan_rounds.md, "Profile terms").
     Returns ``{"action_s": at degree 2, "action_s_by_degree": {"2": s, "4": s, ...}}``."""
 
     cfg = dict(model_config)
@@ -331,11 +332,11 @@ def measure_split_backward(data: dict, model_config: dict, timeout: float, nproc
     :func:`fit_split_extra` of the two. Positive where the backward's two halves each walk the
     autograd graph; negative, down to the action cost, where a W costs less than an F or a B
     action (it sends nothing, while the action cost of 4 ranks on 2 cores is mostly waiting for
-    what is sent). Until round 29 the ZBH1 step alone was fitted, so the figure took up the whole
-    prediction's error at pp2 (-2.1 to +2.3 ms in rounds 25-29); until round 32 only pp2 was
-    measured, and its figure charged every W at pp4 the full pp4 action cost, which put the
-    zero-bubble plans at 2 microbatches 4-10 ms behind 1F1B where they measured level
-    (docs/plan.md). Returns ``{"split_extra_s": at degree 2, "split_extra_s_by_degree": {...}}``."""
+    what is sent). Fitted to the difference between the two schedules, not to ZBH1's step alone
+    (which would take up the whole prediction's error), and per degree: pp2's figure read at pp4
+    charges every W the full pp4 action cost and puts the zero-bubble plans at 2 microbatches
+    behind 1F1B where they measure level (docs/measurements/plan_rounds.md, "Profile terms").
+    Returns ``{"split_extra_s": at degree 2, "split_extra_s_by_degree": {...}}``."""
 
     cfg = dict(model_config)
     model = gpt_family(cfg["d_model"], cfg["n_heads"], cfg["d_ff"], cfg["seq_len"], cfg["vocab"], cfg["n_layers"])
