@@ -99,7 +99,7 @@ def install(static_engine: bool = False, pipeline_by_annotation: bool = False,
 
     ranks_outside_mesh = ranks_outside_mesh or pipeline_by_annotation
     if ranks_outside_mesh:   # first: it refuses before anything else is patched
-        from .compat.fixes.outside_mesh import install as _install_outside_mesh
+        from .compat.fixes.table import install_opt_in as _install_outside_mesh
 
         outside = _install_outside_mesh()
     names = _install_fixes()

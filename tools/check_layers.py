@@ -15,9 +15,10 @@ What it checks (docs/architecture.md, "Layers, checked"):
    violations are ``ignore_imports`` entries, each with a comment; an entry whose import is gone
    fails too (import-linter: "No matches for ignored import"), so the list only shrinks.
 2. **Paddle-internal references** outside ``paddle_ext/compat/`` (``paddle.base``, ``_C_ops``,
-   ``libpaddle``, ``paddle.framework``, ``auto_parallel.static``, ``paddle.distributed.passes``),
-   counted as source lines per file (comments and docstrings excluded): more than the baseline
-   fails.
+   ``libpaddle``, ``paddle.framework``, ``auto_parallel.static``, ``paddle.distributed.passes``,
+   ``auto_parallel.api``, ``paddle.pir``, and private ``_`` attributes of Paddle objects, found by
+   introspection: the rule is in ``tools/layers_internals.py``), counted as source lines per file
+   (comments and docstrings excluded): more than the baseline fails.
 3. **Import cycles**: the strongly connected groups of the module graph (grimp); a group that is
    not inside a baseline group fails.
 4. **Module sizes** in ``paddle_ext/``, ``passes/``, ``spmd_rules/``: a module over 500 lines
@@ -36,17 +37,17 @@ from __future__ import annotations
 
 import argparse
 import ast
-import io
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # tools/ is no package: its sibling module
+from layers_internals import internal_references, paddle_private_names  # noqa: E402,F401
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = Path(__file__).resolve().parent / "layers_baseline.json"
@@ -54,8 +55,6 @@ MAX_LINES = 500
 MAX_FUNCTION_LINES = 120
 # source dir in the repo -> where it lives in the installed package
 LAYOUT = {"paddle_ext": "paddle_ext", "passes": "paddle_ext/passes", "spmd_rules": "paddle_ext/spmd_rules"}
-INTERNAL = re.compile(r"paddle\s*\.\s*base\b|\b_C_ops\b|\blibpaddle\b|paddle\s*\.\s*framework\b"
-                      r"|auto_parallel\s*\.\s*static\b|paddle\s*\.\s*distributed\s*\.\s*passes\b")
 _MARK = "@@check_layers_json@@"
 # check 4.5: where a function-level import is a face's lazy import, not a hidden edge
 # (the launcher and the real-model runners import Paddle in the rank function, not in the parent
@@ -100,48 +99,6 @@ def sources(root: Path):
         for path in sorted((root / src).rglob("*.py")):
             if "__pycache__" not in path.parts:
                 yield path.relative_to(root).as_posix(), path
-
-
-# ------------------------------------------------------------------------- internal references
-def _code_only(text: str) -> list[str]:
-    """The source lines with comments and docstrings blanked (strings in code are kept)."""
-    lines = text.splitlines()
-    blank: set[tuple[int, int, int, int]] = set()
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return lines
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
-                d = body[0]
-                blank.add((d.lineno, d.col_offset, d.end_lineno, d.end_col_offset))
-    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-        if tok.type == tokenize.COMMENT:
-            blank.add((tok.start[0], tok.start[1], tok.end[0], tok.end[1]))
-    out = list(lines)
-    for l0, c0, l1, c1 in blank:
-        for ln in range(l0, l1 + 1):
-            s = out[ln - 1]
-            a = c0 if ln == l0 else 0
-            b = c1 if ln == l1 else len(s)
-            out[ln - 1] = s[:a] + " " * (b - a) + s[b:]
-    return out
-
-
-def internal_references(root: Path) -> dict[str, list[tuple[int, str]]]:
-    """{file: [(line number, matched name)]} of Paddle-internal references outside compat."""
-    found = {}
-    for rel, path in sources(root):
-        if rel.startswith("paddle_ext/compat/"):
-            continue
-        hits = [(n, m.group(0)) for n, line in enumerate(_code_only(path.read_text(encoding="utf-8")), 1)
-                for m in [INTERNAL.search(line)] if m]
-        if hits:
-            found[rel] = hits
-    return found
 
 
 def _imported_roots(node: ast.AST) -> set[str]:
@@ -322,7 +279,7 @@ def check(root: Path = ROOT, config: Path | None = None, baseline: dict | None =
         graph, rep.lint_output = run_graph(stage_dir, config)
         _check_contracts(graph, rep)
         _check_cycles(graph["cycles"], base.get("cycles", []), rep, stage_dir)
-    _check_internal(internal_references(root), base.get("internal_references", {}), rep)
+    _check_internal(internal_references(root, sources), base.get("internal_references", {}), rep)
     _check_sizes(module_sizes(root), base.get("large_modules", {}), rep)
     _check_function_imports(function_imports(root), base.get("function_imports", {}), rep)
     _check_function_sizes(long_functions(root), base.get("long_functions", {}), rep)

@@ -76,16 +76,17 @@ def collect() -> dict:
 def _opt_ins() -> dict:
     """The fixes plain ``install()`` leaves off (each has a visible effect), with their switch
     and whether they are on in this process."""
-    from ..compat.fixes import outside_mesh
+    from ..compat.fixes.outside_mesh_support import unsupported_reason
+    from ..compat.fixes.table import OPT_IN
     from ..compat.ports.static_engine import STATIC_FIXES
 
     out = {}
-    for switch, table in (("install(static_engine=True)", STATIC_FIXES),
-                          (outside_mesh.SWITCH, outside_mesh.FIXES)):
-        for name, fix in table.items():
-            out[name] = {"summary": fix.summary, "switch": switch, "on": fix.is_applied()}
-    reason = outside_mesh.unsupported_reason()
-    for name in outside_mesh.FIXES:
+    for name, fix in STATIC_FIXES.items():
+        out[name] = {"summary": fix.summary, "switch": "install(static_engine=True)", "on": fix.is_applied()}
+    for name, fix in OPT_IN.items():
+        out[name] = {"summary": fix.summary, "switch": fix.switch, "on": fix.is_applied()}
+    reason = unsupported_reason()
+    for name in OPT_IN:
         out[name]["applies_here"] = reason is None
         if reason is not None:
             out[name]["why_not_here"] = reason

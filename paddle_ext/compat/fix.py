@@ -2,9 +2,10 @@
 
 A :class:`Fix` says whether this Paddle needs it (``needed()``, checked on the real object, not
 guessed from the version), installs itself idempotently (``apply()``) and restores Paddle's
-originals (``revert()``). The tables of fixes live in :mod:`paddle_ext.compat.fixes` (the fixes
-``paddle_ext.install()`` applies) and in :mod:`paddle_ext.compat.ports.static_engine` (the static
-Engine's). Importing this module imports no Paddle.
+originals (``revert()``); ``switch`` names the ``install()`` argument that applies it when plain
+``install()`` does not. The table of fixes is :mod:`paddle_ext.compat.fixes.table`; the static
+Engine's live with it in :mod:`paddle_ext.compat.ports.static_engine`. Importing this module
+imports no Paddle.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ class Fix:
     _needed: Callable[[], bool]
     _apply: Callable[[], tuple]  # returns (owner, attribute, original) triples to restore
     _undo: Callable[[], object] | None = None   # what revert() undoes besides the triples
+    switch: str | None = None   # the install() argument that applies it; None: plain install()
     _saved: list = field(default_factory=list)
 
     def needed(self) -> bool:

@@ -150,11 +150,11 @@ def with_fix():
 
     res["local_gate"] = _local_gate_grads(paddle, dist)
 
-    # uninstall() restores Tensor.backward, set_value and the comparisons (the device stays): a
-    # non-member's backward, set_value and comparison with a number fail again
-    from paddle_ext.compat.fixes import outside_mesh
+    # uninstall_opt_in() restores Tensor.backward, set_value and the comparisons (the device stays):
+    # a non-member's backward, set_value and comparison with a number fail again
+    from paddle_ext.compat.fixes.table import uninstall_opt_in
 
-    outside_mesh.uninstall()
+    uninstall_opt_in()
     try:
         lin.weight.set_value(w)
         res["unpatched_set_value"] = "ok"

@@ -11,7 +11,7 @@ from paddle.base import core
 
 import paddle_ext
 from paddle_ext.compat.ports import backend
-from paddle_ext.compat.fixes import outside_mesh
+from paddle_ext.compat.fixes import table
 
 
 def _leaves_paddle_alone(caplog, match):
@@ -20,7 +20,7 @@ def _leaves_paddle_alone(caplog, match):
     with caplog.at_level(logging.WARNING, logger="paddle_ext"):
         names = paddle_ext.install(ranks_outside_mesh=True)
     assert paddle.Tensor.backward is backward
-    assert not outside_mesh.FIXES["ranks-outside-mesh"].is_applied()
+    assert not table.OPT_IN["ranks-outside-mesh"].is_applied()
     assert "ranks-outside-mesh" not in names and "dygraph-reshard" in names
     assert "no_device" not in core.get_all_custom_device_type()
     lines = [r.getMessage() for r in caplog.records if "pipeline_by_annotation" in r.getMessage()]

@@ -93,7 +93,7 @@ def _initialise_disconnect_logging(host: str, port: int) -> None:
             pass
 
 
-def _gloo_group_store_apply():
+def apply():
     # stays here: `import paddle_ext` loads this module and imports no Paddle
     from paddle.distributed import collective
 
@@ -110,7 +110,7 @@ def _gloo_group_store_apply():
     return [(collective, "_new_process_group_impl", original)]
 
 
-def _has_gloo_groups() -> bool:
+def needed() -> bool:
     require_paddle("gloo process groups")
     # stays here: `import paddle_ext` loads this module and imports no Paddle
     from paddle.base import core

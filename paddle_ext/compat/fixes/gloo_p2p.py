@@ -35,7 +35,7 @@ def deadlock_free_order(ops: list, me: int, is_send) -> list:
     return ordered
 
 
-def _batch_order_apply():
+def apply():
     paddle = require_paddle("fix gloo-batch-p2p-order")
     # stays here: `import paddle_ext` loads this module and imports no Paddle
     # the module, not the function of the same name that paddle.distributed.communication exports
@@ -61,7 +61,7 @@ def _is_send(op) -> bool:
     return getattr(op.op, "__name__", "") == "isend"
 
 
-def _batch_order_needed() -> bool:
+def needed() -> bool:
     paddle = require_paddle("fix gloo-batch-p2p-order")
     return hasattr(paddle.distributed, "batch_isend_irecv")
 

@@ -32,7 +32,7 @@ from ..version import require_paddle
 
 logger = logging.getLogger("paddle_ext.compat")
 _MODULE: list = [None]   # the loaded C++ piece, once hooked
-HOOKED = False           # the fix's record (compat.fixes.table restores it on revert)
+HOOKED = False           # the fix's record (compat.fixes.cpu_collectives restores it on revert)
 
 
 def hook() -> int:
