@@ -188,3 +188,12 @@ def test_widened_internal_references(tmp_path):
     rep = check_layers.check(root, config=ROOT / "pyproject.toml")
     assert any(f.startswith("paddle_ext/errors.py references Paddle internals on 6 lines (baseline 0)")
                and "._local_value (a private attribute of Paddle)" in f for f in rep.failures), rep.failures
+
+
+def test_compat_subpackages_are_layered(tmp_path):
+    """A C++ piece (native/) importing a fix breaks the compat-layers contract."""
+    root = _copy_tree(tmp_path)
+    _append(root / "paddle_ext" / "compat" / "native" / "fast_key.py", "\nfrom ..fixes import table  # noqa: E402,F401\n")
+    rep = check_layers.check(root, config=ROOT / "pyproject.toml")
+    assert any(f.startswith("import-linter contract broken: inside compat: fixes/ may use ports/") for f in rep.failures), \
+        rep.failures

@@ -14,8 +14,9 @@ process that loads it never imports a second copy from the build directory.
 short script or a rank that ends early. A cached library that does not load is removed and built
 once more.
 
-Users: :mod:`.static_collectives` (gloo collective ops for the static Engine), :mod:`.fast_key`
-(the dispatch fast path's cache key), :mod:`.outside_mesh` (opt-in: ranks outside a mesh) and
+Users: :mod:`paddle_ext.compat.ports.static_collectives` (gloo collective ops for the static
+Engine), :mod:`.fast_key` (the dispatch fast path's cache key),
+:mod:`paddle_ext.compat.fixes.outside_mesh` (opt-in: ranks outside a mesh) and
 :mod:`.cpu_collectives` (the C++ reshard's reduce_scatter and all_to_all on CPU).
 """
 from __future__ import annotations

@@ -15,8 +15,8 @@ rank's block of dim 0; all_to_all is an all_gather, then this rank's block of ea
 CPU only throw ("Do not support send for cpu kernel now"): they are served by gloo send and recv
 on the same communicator, a shape header first (every dtype Paddle instantiates). That move
 also makes its empty output at ``GetDefaultPlace()``, which needs
-``install(pipeline_by_annotation=True)`` on this wheel (:mod:`.outside_mesh`). :func:`unhook`
-puts Paddle's kernels back.
+``install(pipeline_by_annotation=True)`` on this wheel
+(:mod:`paddle_ext.compat.fixes.outside_mesh`). :func:`unhook` puts Paddle's kernels back.
 
 Applied by ``paddle_ext.install()`` in a multi-process job on gloo (fix ``cpu-collectives``);
 the first time on a machine it builds the piece (about 25 s; cached like paddle-ext's other C++),
