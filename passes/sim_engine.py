@@ -37,11 +37,14 @@ class Simulation:
 
     def __init__(self, schedule, shape: ScheduleShape, costs: Costs, comm_latency: float,
                  activation_bytes: Union[float, Mapping[int, float]], blocking_sends: bool,
-                 stage_costs: Optional[Mapping[int, Costs]], recv: str, overlap: str) -> None:
+                 stage_costs: Optional[Mapping[int, Costs]], recv: str, overlap: str,
+                 extra: Optional[Mapping[int, List[float]]] = None) -> None:
         self.schedule, self.shape, self.activation_bytes = schedule, shape, activation_bytes
         self.blocking_sends, self.recv, self.overlap = blocking_sends, recv, overlap
         self.ranks = ranks = tuple(sorted(schedule))
         self.lists = lists = [[a for a in schedule[r] if a is not None] for r in ranks]
+        # per rank, the time each action spends before it starts (a runtime's per-job cost), or None
+        self.extra = None if extra is None else [_extra_of(extra, r, len(lists[i])) for i, r in enumerate(ranks)]
         self._stage_tables(costs, stage_costs)
         self.lat = check_latency(comm_latency)
         self.early = recv == "early"
@@ -266,9 +269,11 @@ class Simulation:
         n_mb, n_stages, lat, blocked, pair_slot = self.n_mb, self.n_stages, self.lat, self.blocked, self.pair_slot
         inputs_at, park, send, receive, overlapped_pair = self.inputs_at, self.park, self.send, self.receive, \
             self.overlapped_pair
+        extra = self.extra
         while work:
             ri = work.popleft()
             acts, t, n = lists[ri], clock[ri], len(lists[ri])
+            ex = extra[ri] if extra is not None else None
             my_starts, my_ends = starts[ri], ends[ri]
             stopped = False  # a break leaves p at the action this rank waits on
             pair_end = 0  # the two actions of an overlapped pair were timed with their mark
@@ -278,7 +283,7 @@ class Simulation:
                     continue
                 a = acts[p]
                 s, k, mb = a
-                start = t
+                start = t if ex is None else t + ex[p]  # committed to t only when the action completes
                 if k is kf or k is kb or k is ki:  # the compute step (W below)
                     idx = s * n_mb + mb
                     if k is kf:
@@ -290,7 +295,7 @@ class Simulation:
                                 break
                             if direct_prev[s] and not local_prev[s]:
                                 dep += lat
-                            if dep > t:
+                            if dep > start:
                                 start = dep
                         t = start + cost_f[s]
                         f_end[idx] = t
@@ -309,7 +314,7 @@ class Simulation:
                                 break
                             if direct_next[s] and not local_next[s]:
                                 dep += lat
-                            if dep > t:
+                            if dep > start:
                                 start = dep
                         t = start + (cost_b[s] if k is kb else cost_i[s])
                         g_end[idx] = t
@@ -324,13 +329,13 @@ class Simulation:
                     t = start + cost_w[s]
                 elif k is send_f or k is send_b or k is recv_f or k is recv_b:
                     # may release a parked peer, or park this rank (and record the start)
-                    moved = send(ri, p, a, t) if k is send_f or k is send_b else receive(ri, p, a, t)
+                    moved = send(ri, p, a, start) if k is send_f or k is send_b else receive(ri, p, a, start)
                     if moved is None:
                         stopped = True
                         break
                     t = moved
                 elif k is mark and pair_slot is not None:  # an overlapped pair: one slot
-                    moved = overlapped_pair(ri, p, t)
+                    moved = overlapped_pair(ri, p, start)
                     if moved is None:
                         stopped = True
                         break
@@ -357,6 +362,14 @@ class Simulation:
 
 def _add(x: float, y: float) -> float:
     return x + y
+
+
+def _extra_of(extra: Mapping[int, List[float]], rank: int, n_actions: int) -> List[float]:
+    times = [float(x) for x in extra.get(rank, [0.0] * n_actions)]
+    if len(times) != n_actions or any(not x >= 0 for x in times):
+        raise ScheduleError(f"extra time of rank {rank}: {len(times)} values for its {n_actions} actions (idle slots "
+                            "not counted), each a number >= 0; give one per action")
+    return times
 
 
 def _where(local: bool, ranks, producer_index: int) -> str:

@@ -72,7 +72,8 @@ def simulate_schedule(schedule: Mapping[int, Sequence[Optional[Action]]], costs:
                       blocking_sends: bool = True, n_stages: Optional[int] = None,
                       n_microbatches: Optional[int] = None,
                       stage_costs: Optional[Mapping[int, Union[Costs, Mapping]]] = None,
-                      recv: str = "blocking", overlap: str = "max") -> SimulationResult:
+                      recv: str = "blocking", overlap: str = "max",
+                      extra: Optional[Mapping[int, Sequence[float]]] = None) -> SimulationResult:
     """Simulate ``schedule`` (compute-only or lowered) and return its :class:`SimulationResult`.
 
     ``recv`` (``"blocking"`` or ``"early"``) and ``overlap`` (``"max"``, ``"sum"`` or ``"off"``)
@@ -81,6 +82,10 @@ def simulate_schedule(schedule: Mapping[int, Sequence[Optional[Action]]], costs:
     ``costs`` is a :class:`Costs` or a dict like ``{"F": 1, "I": 1, "W": 1, "B": 2}``;
     ``stage_costs`` optionally maps stage index -> costs of that stage (the others use ``costs``);
     ``activation_bytes`` is the size of one activation, for all stages or per stage.
+    ``extra`` optionally maps a rank to the time each of its actions (idle slots not counted)
+    spends before it starts, whatever it waits for: a runtime's fixed cost per job, or a
+    message's cost on a send or receive (:func:`paddle_ext.passes.static.job_model.simulate_static`
+    fills it for the static Engine).
     The schedule is validated first (:func:`~paddle_ext.passes.validate.check_structure`).
 
     >>> from paddle_ext.passes.schedule_ir import parse_schedule
@@ -99,13 +104,14 @@ def simulate_schedule(schedule: Mapping[int, Sequence[Optional[Action]]], costs:
                                 f"(stages 0..{shape.n_stages - 1})")
         per_stage = {s: coerce_costs(c) for s, c in stage_costs.items()}
     return run_simulation(schedule, shape, coerce_costs(costs), comm_latency, activation_bytes, blocking_sends,
-                          per_stage, recv=recv, overlap=overlap)
+                          per_stage, recv=recv, overlap=overlap, extra=extra)
 
 
 def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: float = 0.0,
                    activation_bytes: Union[float, Mapping[int, float]] = 1.0,
                    blocking_sends: bool = True, stage_costs: Optional[Mapping[int, Costs]] = None, *,
-                   recv: str = "blocking", overlap: str = "max") -> SimulationResult:
+                   recv: str = "blocking", overlap: str = "max",
+                   extra: Optional[Mapping[int, Sequence[float]]] = None) -> SimulationResult:
     """The simulator proper, for a schedule already checked by ``check_structure``.
 
     Ranks are advanced one at a time, each as far as its inputs allow; a rank that must wait is
@@ -118,6 +124,6 @@ def run_simulation(schedule, shape: ScheduleShape, costs: Costs, comm_latency: f
         raise ScheduleError(f"overlap={overlap!r}: overlapped F&B pairs are timed as one of "
                             f"{', '.join(OVERLAP_MODELS)}")
     sim = Simulation(schedule, shape, costs, comm_latency, activation_bytes, blocking_sends, stage_costs,
-                     recv=recv, overlap=overlap)
+                     recv=recv, overlap=overlap, extra=extra)
     return sim.run().result()
 

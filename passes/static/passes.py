@@ -14,8 +14,10 @@ What a pass does on each rank (``_apply_pir_single_impl``):
    (:mod:`.bw_split`); if that is refused, log the reason and use a full backward;
 2. compile the rank's job list from the IR (:func:`.jobs.compile_jobs`), with ``pp_stage`` as
    the pipeline rank and ``vpp_degree`` chunks;
-3. give every op a job type, check the data flow against the job order, split the program
-   (:mod:`.program_split`), and hand Paddle a ``core.Plan`` (through compat).
+3. give every op a job type, check the data flow against the job order, merge consecutive jobs
+   of one micro-batch into one (:mod:`.merge`: the executor's fixed cost per job is paid once per
+   merged job), split the program (:mod:`.program_split`), and hand Paddle a ``core.Plan``
+   (through compat).
 """
 from __future__ import annotations
 
@@ -28,12 +30,17 @@ from paddle_ext.errors import ScheduleError
 from paddle_ext.passes.schedules import SCHEDULES, get_schedule_info
 from paddle_ext.passes.static.bw_split import classify_backward, split_matmul_grads
 from paddle_ext.passes.static.jobs import job_types, jobs_of_rank, rank_schedule, uses_split
-from paddle_ext.passes.static.program_split import assign_jobs, check_order, handovers, split_program
+from paddle_ext.passes.static.merge import alone_types, merge_jobs
+from paddle_ext.passes.static.program_split import (assign_jobs, check_merged_order, check_order, handovers,
+                                                    split_program)
 
 __all__ = ["install_static", "register_static_passes", "registered_name", "PADDLE_OWNED"]
 
 logger = logging.getLogger("paddle_ext.static")
 PADDLE_OWNED = ("FThenB", "1F1B", "VPP")  # Paddle's PIR passes that work (with the gloo backend)
+#: merge a rank's consecutive jobs of one micro-batch into one job (:mod:`.merge`); False gives one
+#: job per action, as before the merge (for measuring what the merge saves)
+MERGE_JOBS = True
 
 
 def registered_name(schedule: str) -> str:
@@ -93,6 +100,10 @@ def build_plan(schedule: str, program, n_microbatches: int, pp_degree: int, pp_s
                             "but the program has no send/recv there; the program's stages (layer meshes, "
                             "vpp_degree, placement) do not match the schedule's "
                             f"({get_schedule_info(schedule).placement} placement)")
+    if MERGE_JOBS:
+        jobs = merge_jobs(jobs, alone_types(pp_stage, pp_degree, n_chunks, get_schedule_info(schedule).placement))
+        types = job_types(jobs)
+        check_merged_order(owner, types, [op.name() for op in program.global_block().ops])
     programs = split_program(program, owner, types, device_place_attr())
     logger.info("%s on pipeline rank %d: %d jobs, types %s", schedule, pp_stage, len(jobs), list(types))
     return make_plan(jobs, types, [programs[t] for t in types], n_microbatches)

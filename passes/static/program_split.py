@@ -12,7 +12,8 @@
 ``c`` is the op's ``chunk_id`` (0 when the Engine assigned none: one chunk per rank).
 
 :func:`split_program` then clones the program once per job type and keeps in each clone only
-its own ops. A value made in one job and used in another is handed over by name: the maker
+its own ops (a merged type, ``recv_forward0+forward0``, keeps its members' ops in program order:
+:mod:`.merge`). A value made in one job and used in another is handed over by name: the maker
 stores it (``set_persistable_value``, or its parameter/data name) and the user reads it as a
 block keyword argument, in the executor's per-micro-batch scope. :func:`check_order` proves
 on the rank's job list that every such hand-over is made before it is used.
@@ -25,11 +26,13 @@ import paddle
 
 from paddle_ext.compat.ports.internals import pir_ops
 from paddle_ext.errors import ScheduleError
+from paddle_ext.passes.static.merge import members
 
-__all__ = ["assign_jobs", "split_program", "check_order", "handovers"]
+__all__ = ["assign_jobs", "split_program", "check_order", "handovers", "check_merged_order"]
 
 FORWARD, BACKWARD, OPTIMIZE = 0, 1, 2
 NAMED_MAKERS = ("pd_op.data", "builtin.parameter")
+FREE_OPS = frozenset(NAMED_MAKERS + ("pd_op.full", "pd_op.full_int_array", "builtin.constant"))
 
 
 def _chunk(op) -> int:
@@ -120,10 +123,12 @@ def check_order(jobs: Sequence[Tuple[str, int]], flows: Mapping[Tuple[str, str],
 
 
 def split_program(program, owner: Sequence[str], job_types: Sequence[str], place) -> Dict[str, object]:
-    """One clone of ``program`` per job type with only its ops, hand-overs by name (module doc)."""
+    """One clone of ``program`` per job type with only its ops, hand-overs by name (module doc).
+    A merged job type (members joined by ``+``) keeps the ops of every member."""
 
     ops = list(program.global_block().ops)
-    missing = sorted(set(owner) - set(job_types))
+    runs = {t: frozenset(members(t)) for t in job_types}
+    missing = sorted(set(owner) - set().union(*runs.values()))
     if missing:
         raise ScheduleError(f"the program has ops for jobs {missing}, which the schedule never runs on this rank "
                             f"(it runs {sorted(job_types)}); the program's stages do not match the schedule's")
@@ -144,16 +149,18 @@ def split_program(program, owner: Sequence[str], job_types: Sequence[str], place
                 name = outputs[0].attrs()["output_name"]
             else:
                 name = f"pe_{i}_{op.name().split('.')[-1]}_{r}"
-                home = clone_ops[owner[i]][i]
-                paddle.pir.set_insertion_point_after(home)
-                pir_ops().set_persistable_value(home.result(r), name)
+                for t in job_types:  # every job that runs the maker stores the value
+                    if owner[i] in runs[t]:
+                        home = clone_ops[t][i]
+                        paddle.pir.set_insertion_point_after(home)
+                        pir_ops().set_persistable_value(home.result(r), name)
         stored[(i, r)] = name
         return name
 
     with paddle.static.program_guard(program):
         for i in reversed(range(len(ops))):
             for t in job_types:
-                if t == owner[i]:
+                if owner[i] in runs[t]:
                     continue
                 op = clone_ops[t][i]
                 for r in range(op.num_results()):
@@ -166,3 +173,28 @@ def split_program(program, owner: Sequence[str], job_types: Sequence[str], place
                     value.replace_all_uses_with(kwarg)
                 op.erase()
     return clones
+
+
+def check_merged_order(owner: Sequence[str], job_types: Sequence[str], op_names: Sequence[str]) -> None:
+    """Raise unless, in every merged job type, each send and receive member's ops all come before
+    the ops of the members after it (a merged job runs its ops in program order: a message must
+    not wait behind work the schedule puts after it; :func:`.merge.program_key` assumes this).
+    ``op_names[i]`` names op ``i``; parameters, data and constants (:data:`FREE_OPS`) take no time
+    and are not counted."""
+    first: Dict[str, int] = {}
+    last: Dict[str, int] = {}
+    for i, t in enumerate(owner):
+        if op_names[i] in FREE_OPS:
+            continue
+        first.setdefault(t, i)
+        last[t] = i
+    for t in job_types:
+        parts = [m for m in members(t) if m in first]
+        for k, a in enumerate(parts):
+            if not a.startswith(("send_", "recv_")):
+                continue
+            late = [b for b in parts[k + 1:] if first[b] < last[a]]
+            if late:
+                raise ScheduleError(f"merged job {t}: ops of {late[0]} come before the ops of {a} in the program, so "
+                                    "the merged job would hold the message back; this program's op order is not "
+                                    "the one paddle-ext's job merge assumes (report it with the program)")

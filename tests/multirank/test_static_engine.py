@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 import static_ranks as sr
+from paddle_ext.passes.static.jobs import compile_jobs
+from paddle_ext.passes.static.merge import alone_types, merge_jobs
 from paddle_ext.testing import run_ranks
 
 pytestmark = pytest.mark.multirank
@@ -83,9 +85,16 @@ def test_mlp_every_plan_matches_dense(mlp_run):
 def test_job_lists_come_from_the_schedules(mlp_run):
     names, _, results = mlp_run
     jobs = {name: [r[names.index(name)]["jobs"] for r in results] for name in ("ZBH1", "ZBV", "1F1B")}
-    assert {t for t, _ in jobs["ZBH1"][1]} == {"recv_forward0", "forward0", "backward_b0", "send_backward0",
-                                                "backward_w0", "optimizer"}
-    assert ("recv_forward1", 0) in jobs["ZBV"][0]  # rank 0 runs stage 3 (the loss) as chunk 1
+    members = {m for t, _ in jobs["ZBH1"][1] for m in t.split("+")}
+    assert members == {"recv_forward0", "forward0", "backward_b0", "send_backward0", "backward_w0", "optimizer"}
+    assert ("recv_forward1", 0) in jobs["ZBV"][0]  # rank 0 runs stage 3 (the loss) as chunk 1, alone
+    assert ("forward1", 0) in jobs["ZBV"][0]
+    for name, chunks, placement in (("ZBH1", 1, "loop"), ("ZBV", 2, "v")):
+        for rank in (0, 1):  # consecutive jobs of a micro-batch run as one job
+            want = merge_jobs(compile_jobs(name, 2, PP2["acc"], chunks, rank=rank),
+                              alone_types(rank, 2, chunks, placement))
+            assert [tuple(j) for j in jobs[name][rank]] == list(want), (name, rank)
+            assert len(want) < len(compile_jobs(name, 2, PP2["acc"], chunks, rank=rank))
     assert ("recv_forward", 0) in jobs["1F1B"][1]  # Paddle's own 1F1B pass, run on gloo
 
 

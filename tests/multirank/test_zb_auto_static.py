@@ -28,7 +28,8 @@ def test_job_lists_follow_the_generated_orders(searched_run):
     for name, n_chunks in (("ZBAuto", 1), ("VHalf", 2)):
         schedule = generate_schedule(name, 2, 4)
         for rank in (0, 1):
-            jobs = [j for j in results[rank][names.index(name)]["jobs"] if j[0].startswith(("forward", "backward"))]
+            jobs = [(m, mb) for t, mb in results[rank][names.index(name)]["jobs"] for m in t.split("+")
+                    if m.startswith(("forward", "backward"))]  # merged jobs run their members in order
             local = sorted({a.stage for a in schedule[rank]})
             want = [({"F": "forward", "I": "backward_b", "W": "backward_w", "B": "backward"}[a.kind.value]
                      + str(local.index(a.stage)), a.microbatch) for a in schedule[rank]]

@@ -1,0 +1,117 @@
+"""What a schedule costs in Paddle's static Engine: the simulator told about jobs (pure Python).
+
+The static Engine runs a rank's plan as a list of jobs (:mod:`.jobs`, merged by :mod:`.merge`),
+each a sub-program the executor sets up and runs; paddle-ext's gloo send returns once its message
+is queued, a receive blocks until the data is there. :func:`simulate_static` simulates exactly
+that: the schedule lowered with :func:`~paddle_ext.passes.lowering.add_send_recv`, non-blocking
+sends, blocking receives, and before each action the time the runtime spends on it besides the
+compute (:class:`StaticCosts`): ``job`` once per job (an action that starts a job, merged or
+not) and ``message`` per send or receive. Paddle's own passes (FThenB, 1F1B, VPP) run sends
+and receives inside their forward and backward jobs: ``paddle_pass=True`` times them that way.
+
+The figures come from a profile of the real Engine (``tools/bench_static.py --profile``: the
+executor's per-job events under ``paddle.profiler``), so the simulated ratios between schedules
+follow the measured ones.
+
+>>> unit = StaticCosts(forward=1, backward_input=1, backward_weight=1, job=0.0, message=0.0)
+>>> simulate_static("1F1B", 2, 4, costs=unit).makespan == simulate_static("1F1B", 2, 4, costs=unit, merge=False).makespan
+True
+>>> slow = StaticCosts(forward=1, backward_input=1, backward_weight=1, job=0.5, message=0.0)
+>>> simulate_static("1F1B", 2, 4, costs=slow, merge=False).makespan > simulate_static("1F1B", 2, 4, costs=slow).makespan
+True
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Tuple
+
+from paddle_ext.errors import ScheduleError
+from paddle_ext.passes.schedule_ir import Kind
+from paddle_ext.passes.schedules import get_schedule_info
+from paddle_ext.passes.sim_model import Costs, SimulationResult
+from paddle_ext.passes.simulate import simulate_schedule
+from paddle_ext.passes.stage_placement import stages_on_rank
+from paddle_ext.passes.static.jobs import JOB_OF_KIND, rank_schedule, uses_split
+from paddle_ext.passes.static.merge import alone_types, groups
+
+__all__ = ["StaticCosts", "simulate_static", "action_jobs"]
+
+COMM = (Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B)
+
+
+@dataclass(frozen=True)
+class StaticCosts:
+    """Per-stage compute (``forward``, ``backward_input``, ``backward_weight``; a full backward
+    costs their sum unless ``full_backward`` is given) and the runtime's costs: ``job`` per job
+    the executor runs, ``message`` per send or receive (the copy and hand-off, not the wait).
+    Any unit; :func:`simulate_static` returns makespans in it."""
+
+    forward: float
+    backward_input: float
+    backward_weight: float
+    job: float = 0.0
+    message: float = 0.0
+    full_backward: Optional[float] = None
+
+    def __post_init__(self):
+        for name in ("forward", "backward_input", "backward_weight", "job", "message"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and value >= 0):
+                raise ScheduleError(f"StaticCosts {name}={value!r} must be a number >= 0 (a time)")
+
+    def compute(self) -> Costs:
+        return Costs(self.forward, self.backward_input, self.backward_weight, self.full_backward)
+
+
+def action_jobs(name: str, lowered, rank: int, n_chunks: int, split: bool) -> List[Tuple[str, ...]]:
+    """For each action of ``lowered[rank]`` (idle slots dropped), the job types it runs as, in
+    the order :func:`.jobs.jobs_of_rank` emits them (a full ``B`` under a split runs as two
+    jobs; a ``W`` without a split runs as none)."""
+    info = get_schedule_info(name)
+    chunk_of = {s: c for c, s in enumerate(stages_on_rank(rank, len(lowered), n_chunks, info.placement))}
+    out: List[Tuple[str, ...]] = []
+    for a in lowered[rank]:
+        if a is None:
+            continue
+        kind, c = a.kind, chunk_of[a.stage]
+        if kind is Kind.W and not split:
+            out.append(())
+        elif kind is Kind.B and split:
+            out.append((f"backward_b{c}", f"backward_w{c}"))
+        else:
+            kind = Kind.B if kind is Kind.I and not split else kind
+            out.append((f"{JOB_OF_KIND[kind]}{c}",))
+    return out
+
+
+def _extra(name: str, lowered, rank: int, n_chunks: int, split: bool, costs: StaticCosts, merge: bool,
+           paddle_pass: bool) -> List[float]:
+    per_action = action_jobs(name, lowered, rank, n_chunks, split)
+    actions = [a for a in lowered[rank] if a is not None]
+    flat = [(t, a.microbatch, i) for i, (types, a) in enumerate(zip(per_action, actions)) for t in types]
+    extra = [costs.message if a.kind in COMM else 0.0 for a in actions]
+    if paddle_pass:  # one job per compute action; messages run inside it
+        starts = [i for i, a in enumerate(actions) if a.kind not in COMM for _ in per_action[i]]
+    elif merge:
+        placement = get_schedule_info(name).placement
+        found = groups([(t, mb) for t, mb, _ in flat], alone_types(rank, len(lowered), n_chunks, placement))
+        starts = [flat[g[0]][2] for g in found]
+    else:
+        starts = [i for _, _, i in flat]
+    for i in starts:
+        extra[i] += costs.job
+    return extra
+
+
+def simulate_static(name: str, pp_degree: int, n_microbatches: int, n_chunks: Optional[int] = None, *,
+                    costs: StaticCosts, merge: bool = True, paddle_pass: bool = False,
+                    stage_costs: Optional[Mapping[int, Costs]] = None) -> SimulationResult:
+    """Simulate schedule ``name`` as the static Engine runs it (module doc): ``merge`` as
+    ``passes.static.passes.MERGE_JOBS`` (merged jobs pay ``costs.job`` once), ``paddle_pass``
+    for Paddle's own FThenB/1F1B/VPP passes. ``stage_costs`` overrides the compute per stage."""
+    info, lowered, chunks = rank_schedule(name, pp_degree, n_microbatches, n_chunks)
+    split = uses_split(lowered)
+    extra: Dict[int, List[float]] = {r: _extra(info.name, lowered, r, chunks, split, costs, merge, paddle_pass)
+                                     for r in lowered}
+    return simulate_schedule(lowered, costs.compute(), blocking_sends=False, recv="blocking", extra=extra,
+                             stage_costs=stage_costs)
