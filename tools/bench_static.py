@@ -13,7 +13,7 @@ The prediction is :func:`paddle_ext.passes.static.job_model.simulate_static`'s m
 FThenB's: the schedule as the Engine runs it (jobs merged as the pass merges them, Paddle's own
 FThenB/1F1B/VPP with their messages inside their jobs, non-blocking sends), with the costs
 ``tools/static_profile.py`` measures first in one profiled launch (per block F, I, W; the
-executor's cost per job; a send's cost). ``--unit`` predicts with unit costs instead (F = I =
+executor's cost per job; a send's cost; a message's latency). ``--unit`` predicts with unit costs instead (F = I =
 W = 1 per stage, 1/2 per chunk of a two-chunk schedule; no runtime costs), as before.
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ def predicted(mode: str, schedule: str, meshes, pp: int, m: int, chunks: int, pr
         cost = 1.0 / chunks
         return simulate_static(schedule, pp, m, chunks, costs=StaticCosts(cost, cost, cost)).makespan
     per_stage = {s: Costs(*fiw) for s, fiw in stage_costs(profile["blocks"], meshes, chunks).items()}
-    costs = StaticCosts(1.0, 1.0, 1.0, job=profile["job"], message=profile["message"])
+    costs = StaticCosts(1.0, 1.0, 1.0, job=profile["job"], message=profile["message"], latency=profile["latency"])
     return simulate_static(schedule, pp, m, chunks, costs=costs, paddle_pass=mode in PADDLE_PASSES,
                            stage_costs=per_stage).makespan
 
@@ -95,7 +95,8 @@ def main(argv=None) -> int:
 
         profile = run_profile(args.hidden, args.acc)
         blocks = ", ".join(f"{b}: " + "/".join(f"{x:.3f}" for x in fiw) for b, fiw in sorted(profile["blocks"].items()))
-        print(f"profile (ms): job {profile['job']:.3f}, send {profile['message']:.3f}, F/I/W per block {blocks}")
+        print(f"profile (ms): job {profile['job']:.3f}, send {profile['message']:.3f}, latency {profile['latency']:.3f}, "
+              f"F/I/W per block {blocks}")
     times = measure(args)
     rows = [(mode, times[mode], predicted(mode, schedule, meshes, 2, args.acc, chunks, profile))
             for mode, schedule, meshes, chunks in PLANS]

@@ -8,6 +8,9 @@ inside it, and the rest, the executor's fixed cost of a job. From them:
 * ``job``: the median of (job time - its ops' time) over the compute jobs;
 * ``message``: the median time of a gloo send op (a receive's own work is as long; its wait is
   the simulator's business);
+* ``latency``: the median time from a send op's start to the end of its receive on the other
+  rank, over the messages whose receive was posted first (the profiler's clock is the
+  machine's, so the two ranks' events compare);
 * per block (ZBV runs one block per stage): the median ``F``, ``I`` and ``W`` job times less
   ``job``. A schedule's stage costs are the sums over its blocks (:func:`stage_costs`).
 
@@ -75,21 +78,38 @@ def job_times(trace_path: str) -> dict:
     events = [e for e in (data["traceEvents"] if isinstance(data, dict) else data) if e.get("ph") == "X"]
     ops = sorted((e for e in events if _OP.match(e["name"])), key=lambda e: e["ts"])
     starts = [o["ts"] for o in ops]
-    out: dict = {"send": [o["dur"] for o in ops if "gloo_send" in o["name"]]}
-    for e in events:
+    out: dict = {"send": [o["dur"] for o in ops if "gloo_send" in o["name"]], "messages": {}}
+    for e in sorted(events, key=lambda e: e["ts"]):
         found = _JOB.match(e["name"])
         if not found:
             continue
         lo, hi = bisect.bisect_left(starts, e["ts"]), bisect.bisect_right(starts, e["ts"] + e["dur"])
         inside = sum(o["dur"] for o in ops[lo:hi])
         out.setdefault((found.group(1), int(found.group(2))), []).append((e["dur"], inside))
+        gloo = [o for o in ops[lo:hi] if "gloo_" in o["name"]]
+        if gloo and found.group(1).startswith(("send_", "recv_")):  # (kind, micro-batch) -> op (start, end)
+            out["messages"].setdefault((found.group(1), int(found.group(3))), []).append(
+                (gloo[0]["ts"], gloo[0]["ts"] + gloo[0]["dur"]))
+    return out
+
+
+def latencies(traces) -> list:
+    """Send start -> receive end (us) of every message whose receive was posted first; on 2 ranks
+    a rank's ``send_X`` of a micro-batch is the other rank's ``recv_X`` of it, in order."""
+    out = []
+    for a, b in ((0, 1), (1, 0)):
+        for (kind, mb), sends in traces[a]["messages"].items():
+            if not kind.startswith("send_"):
+                continue
+            recvs = traces[b]["messages"].get(("recv_" + kind[len("send_"):], mb), [])
+            out += [r_end - s_start for (s_start, _), (r_start, r_end) in zip(sends, recvs) if r_start < s_start]
     return out
 
 
 def costs_from(traces) -> dict:
     """The figures (module doc) in milliseconds from the two ranks' :func:`job_times`."""
     compute = ("forward", "backward_b", "backward_w")
-    over = [job - ops for t in traces for key, v in t.items() if key != "send" and key[0] in compute
+    over = [job - ops for t in traces for key, v in t.items() if isinstance(key, tuple) and key[0] in compute
             for job, ops in v]
     job = statistics.median(over) / 1000
     blocks = {}
@@ -99,7 +119,9 @@ def costs_from(traces) -> dict:
                    for kind in compute]
             blocks[V_BLOCK[(rank, chunk)]] = [max(0.0, x) for x in fig]
     sends = [d for t in traces for d in t["send"]]
-    return {"job": job, "message": statistics.median(sends) / 1000 if sends else 0.0, "blocks": blocks}
+    waits = latencies(traces)
+    return {"job": job, "message": statistics.median(sends) / 1000 if sends else 0.0,
+            "latency": statistics.median(waits) / 1000 if waits else 0.0, "blocks": blocks}
 
 
 def stage_costs(blocks: dict, layer_meshes, chunks: int) -> dict:

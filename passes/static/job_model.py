@@ -43,7 +43,8 @@ COMM = (Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B)
 class StaticCosts:
     """Per-stage compute (``forward``, ``backward_input``, ``backward_weight``; a full backward
     costs their sum unless ``full_backward`` is given) and the runtime's costs: ``job`` per job
-    the executor runs, ``message`` per send or receive (the copy and hand-off, not the wait).
+    the executor runs, ``message`` per send or receive (the copy and hand-off, not the wait),
+    ``latency`` from a send to its data on the other rank.
     Any unit; :func:`simulate_static` returns makespans in it."""
 
     forward: float
@@ -51,10 +52,11 @@ class StaticCosts:
     backward_weight: float
     job: float = 0.0
     message: float = 0.0
+    latency: float = 0.0
     full_backward: Optional[float] = None
 
     def __post_init__(self):
-        for name in ("forward", "backward_input", "backward_weight", "job", "message"):
+        for name in ("forward", "backward_input", "backward_weight", "job", "message", "latency"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and value >= 0):
                 raise ScheduleError(f"StaticCosts {name}={value!r} must be a number >= 0 (a time)")
@@ -113,5 +115,5 @@ def simulate_static(name: str, pp_degree: int, n_microbatches: int, n_chunks: Op
     split = uses_split(lowered)
     extra: Dict[int, List[float]] = {r: _extra(info.name, lowered, r, chunks, split, costs, merge, paddle_pass)
                                      for r in lowered}
-    return simulate_schedule(lowered, costs.compute(), blocking_sends=False, recv="blocking", extra=extra,
-                             stage_costs=stage_costs)
+    return simulate_schedule(lowered, costs.compute(), comm_latency=costs.latency, blocking_sends=False,
+                             recv="blocking", extra=extra, stage_costs=stage_costs)
