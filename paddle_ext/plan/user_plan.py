@@ -43,22 +43,27 @@ def search_user_model(trace: UserTrace, profile, nproc: int, memory=None, **kwar
     return result
 
 
-def describe(trace: UserTrace, result: SearchResult, top: int = 5) -> str:
-    """What the trace found and the ``top`` plans, as text."""
+def summary_lines(trace: UserTrace) -> List[str]:
+    """What the trace found, as the lines ``paddle-ext plan`` prints before its table."""
     m = trace.model
     lines = [f"{m.name}: {len(trace.ops)} ops traced, {trace.batch_ops} carry the batch, {trace.seq_ops} the "
              f"sequence ({trace.seq}); {m.param_elems():,} parameters"]
     if trace.blocks_prefix is not None:
-        lines.append(f"repeated blocks: {trace.blocks_prefix}.0 .. {trace.block_names[-1]} ({len(trace.block_names)}; "
+        lines.append(f"repeated blocks: {trace.block_names[0]} .. {trace.block_names[-1]} ({len(trace.block_names)}; "
                      f"pipeline stages are cut between them)")
     else:
         lines.append("no repeated blocks: no pipeline plans")
-    pairs = ", ".join(f"{c} (column)" for c in trace.column) + (", " if trace.column else "") + \
-        ", ".join(f"{r} (row)" for r in trace.row)
-    lines.append(f"tensor parallel in each block: {pairs or 'none (no Linear feeds another Linear in every block)'}")
-    lines.append(f"replicated ({len(trace.replicated)} layers): " +
-                 "; ".join(f"{n}: {w}" for n, w in trace.replicated[:6]) +
-                 (f"; ... {len(trace.replicated) - 6} more" if len(trace.replicated) > 6 else ""))
+    pairs = [f"{c} (column)" for c in trace.column] + [f"{r} (row)" for r in trace.row]
+    lines.append(f"tensor parallel in each block: {', '.join(pairs) or 'none (no Linear feeds another Linear in every block)'}")
+    shown = "; ".join(f"{n}: {w}" for n, w in trace.replicated[:6])
+    more = f"; ... {len(trace.replicated) - 6} more (plan.json lists them)" if len(trace.replicated) > 6 else ""
+    lines.append(f"replicated ({len(trace.replicated)} layers): {shown}{more}")
+    return lines
+
+
+def describe(trace: UserTrace, result: SearchResult, top: int = 5) -> str:
+    """What the trace found and the ``top`` plans, as text."""
+    lines = summary_lines(trace)
     lines.append(f"{result.candidates} candidate plans in {result.search_s:.2f} s, {len(result.plans)} ranked "
                  f"(sequence-parallel plans are not planned for your model)")
     lines.append(f"{'#':>3}  {'plan':<28} {'pred step':>10} {'pred peak':>10}  dist.parallelize")
@@ -67,6 +72,11 @@ def describe(trace: UserTrace, result: SearchResult, top: int = 5) -> str:
         lines.append(f"{i:>3}  {p.candidate.name:<28} {p.step_s * 1e3:>7.2f} ms {format_bytes(p.peak_bytes):>10}  "
                      + ("yes" if not how else "no: paddle-ext's pipeline runtime"))
     return "\n".join(lines)
+
+
+def trace_model(spec: str) -> UserTrace:
+    """Load the factory ``spec`` and trace its model (:mod:`.user_model`, :mod:`.trace_layer`)."""
+    return trace_user_model(load_factory(spec))
 
 
 def emit_plan(traced, plan, out_dir) -> List[Path]:
@@ -103,4 +113,4 @@ def runner_for(model, timeout: float, lock: Optional[str]):
                                                        timeout=timeout, lock=lock))
 
 
-__all__ = ["config_for", "describe", "emit_plan", "plan_user_model", "profile_gemms", "runner_for", "search_user_model"]
+__all__ = ["config_for", "describe", "summary_lines", "trace_model", "emit_plan", "plan_user_model", "profile_gemms", "runner_for", "search_user_model"]
