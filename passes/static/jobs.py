@@ -3,7 +3,9 @@
 A static pipeline plan is, per rank, an ordered list of ``(job type, micro-batch)``; each job
 type names one sub-program of the rank's program. :func:`compile_jobs` generates the named
 schedule, lowers it with :func:`~paddle_ext.passes.lowering.add_send_recv` (blocking-send safe:
-both ends of every channel meet their messages in one global order) and translates the rank's
+both ends of every channel meet their messages in one global order), moves each receive to just
+before its use and each send to just after its producer, per channel in the same order
+(:func:`~.async_order.late_receives`: the static gloo send never waits) and translates the rank's
 actions, with the chunk (the rank's local stage index, as Paddle's VPP numbers it) as suffix:
 
 ====================  =================  ====================  =================
@@ -20,7 +22,7 @@ fallback when a program cannot be split) ``I`` becomes ``backward{c}`` and ``W``
 with a split, a full ``B`` (DualPipeV mixes both) becomes ``backward_b{c}`` then ``backward_w{c}``.
 
 >>> [f"{t}:{mb}" for t, mb in compile_jobs("1F1B", 2, 3, rank=1)]
-['recv_forward0:0', 'forward0:0', 'recv_forward0:1', 'backward0:0', 'send_backward0:0', 'forward0:1', 'backward0:1', 'recv_forward0:2', 'send_backward0:1', 'forward0:2', 'backward0:2', 'send_backward0:2', 'optimizer:0']
+['recv_forward0:0', 'forward0:0', 'backward0:0', 'send_backward0:0', 'recv_forward0:1', 'forward0:1', 'backward0:1', 'send_backward0:1', 'recv_forward0:2', 'forward0:2', 'backward0:2', 'send_backward0:2', 'optimizer:0']
 >>> [t for t, _ in compile_jobs("ZBV", 2, 2, rank=0)][:6]
 ['forward0', 'send_forward0', 'forward0', 'send_forward0', 'recv_forward1', 'forward1']
 """
@@ -32,6 +34,7 @@ from paddle_ext.errors import ScheduleError
 from paddle_ext.passes.lowering import add_send_recv
 from paddle_ext.passes.schedule_ir import Kind
 from paddle_ext.passes.schedules import get_schedule_info
+from paddle_ext.passes.static.async_order import late_receives
 from paddle_ext.passes.stage_placement import stages_on_rank
 
 __all__ = ["JOB_OF_KIND", "OPTIMIZER", "compile_jobs", "jobs_of_rank", "job_types", "rank_schedule", "format_jobs", "uses_split"]
@@ -51,7 +54,7 @@ def rank_schedule(name: str, pp_degree: int, n_microbatches: int, n_chunks: Opti
     info = get_schedule_info(name)
     chunks = info.default_chunks if n_chunks is None else n_chunks
     schedule = info.generate(pp_degree, n_microbatches, chunks)
-    return info, add_send_recv(schedule), chunks
+    return info, late_receives(add_send_recv(schedule), pp_degree, chunks, info.placement), chunks
 
 
 def uses_split(lowered) -> bool:

@@ -9,7 +9,8 @@ merge only when running them in program order is running them in the schedule's 
 * they are consecutive on the rank and of the same micro-batch (the executor keeps one scope
   per micro-batch);
 * the later job's ops all come after the earlier jobs' ops in the program (:func:`program_key`:
-  the forward by chunk, then the backward by chunk in reverse, each as receive, compute, send),
+  the forward by chunk, then the backward by chunk in reverse, each as receive, compute, send;
+  the pass checks it for every send, which must not wait behind later work),
   or both are compute of the same chunk's backward (``backward_b`` and ``backward_w`` of one
   micro-batch: their ops interleave in the program, and nothing in between is a message);
 * neither is the optimizer, nor a type the caller keeps alone (the forward of the last stage:

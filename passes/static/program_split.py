@@ -176,11 +176,12 @@ def split_program(program, owner: Sequence[str], job_types: Sequence[str], place
 
 
 def check_merged_order(owner: Sequence[str], job_types: Sequence[str], op_names: Sequence[str]) -> None:
-    """Raise unless, in every merged job type, each send and receive member's ops all come before
-    the ops of the members after it (a merged job runs its ops in program order: a message must
-    not wait behind work the schedule puts after it; :func:`.merge.program_key` assumes this).
-    ``op_names[i]`` names op ``i``; parameters, data and constants (:data:`FREE_OPS`) take no time
-    and are not counted."""
+    """Raise unless, in every merged job type, each send member's ops all come before the ops of
+    the members after it: a merged job runs its ops in program order, and a send the schedule
+    puts before some work must not wait behind it (its peer would wait too). Work of a later
+    member that the program puts before a receive only runs before the rank starts waiting.
+    ``op_names[i]`` names op ``i``; parameters, data and constants (:data:`FREE_OPS`) take no
+    time and are not counted."""
     first: Dict[str, int] = {}
     last: Dict[str, int] = {}
     for i, t in enumerate(owner):
@@ -191,7 +192,7 @@ def check_merged_order(owner: Sequence[str], job_types: Sequence[str], op_names:
     for t in job_types:
         parts = [m for m in members(t) if m in first]
         for k, a in enumerate(parts):
-            if not a.startswith(("send_", "recv_")):
+            if not a.startswith("send_"):
                 continue
             late = [b for b in parts[k + 1:] if first[b] < last[a]]
             if late:
