@@ -4,7 +4,9 @@ the simulator's prediction for the same schedule.
     python tools/bench_static.py [--hidden 256] [--acc 8] [--steps 6] [--rounds 1] [--unit] [--markdown]
 
 One launch trains a 4-block MLP (2 stages; VPP and ZB-V put 1 block per chunk) under each
-schedule in turn; a step's time is measured around ``DistModel.__call__``, the first step
+schedule in turn, each rank bound to its own CPU (``run_ranks(pin_cpus=True)``: unbound, a
+rank's kernels spread over both cores and slow the other rank's whenever both compute, which
+pipelined schedules do more than FThenB, and the simulator's ranks do not share cores); a step's time is measured around ``DistModel.__call__``, the first step
 (program build, first-use allocations) left out, and the median of the rest is kept (the slower
 rank's); with ``--rounds R`` the launch runs R times and each schedule keeps its fastest round
 (the machine's other load only ever adds time).
@@ -65,7 +67,7 @@ def measure(args) -> dict:
              "vpp": chunks, "hidden": args.hidden, "batch": 4 * args.acc} for mode, _, meshes, chunks in PLANS]
     best: dict = {}
     for _ in range(args.rounds):
-        results = run_ranks(sr.train_many, nproc=2, args=(cfgs,), timeout=600,
+        results = run_ranks(sr.train_many, nproc=2, args=(cfgs,), timeout=600, pin_cpus=True,
                             log_dir=tempfile.mkdtemp(prefix="bench_static_"))
         for i, (mode, _, _, _) in enumerate(PLANS):
             per_rank = [r[i] for r in results]

@@ -11,8 +11,9 @@ inside it, and the rest, the executor's fixed cost of a job. From them:
 * ``latency``: the median time from a send op's start to the end of its receive on the other
   rank, over the messages whose receive was posted first (the profiler's clock is the
   machine's, so the two ranks' events compare);
-* per block (ZBV runs one block per stage): the median ``F``, ``I`` and ``W`` job times less
-  ``job``. A schedule's stage costs are the sums over its blocks (:func:`stage_costs`).
+* per block (ZBV runs one block per stage): the mean ``F``, ``I`` and ``W`` job times less
+  ``job`` (the mean, not the median: the times are skewed, a few jobs run much longer on a
+  shared core, and the step pays for them all). A schedule's stage costs are the sums over its blocks (:func:`stage_costs`).
 
     python tools/static_profile.py [--hidden 1024] [--acc 8]     # prints the figures as JSON
 """
@@ -115,7 +116,7 @@ def costs_from(traces) -> dict:
     blocks = {}
     for rank, t in enumerate(traces):
         for chunk in (0, 1):
-            fig = [statistics.median(j for j, _ in t.get((kind, chunk), [(0.0, 0.0)])) / 1000 - job
+            fig = [statistics.mean(j for j, _ in t.get((kind, chunk), [(0.0, 0.0)])) / 1000 - job
                    for kind in compute]
             blocks[V_BLOCK[(rank, chunk)]] = [max(0.0, x) for x in fig]
     sends = [d for t in traces for d in t["send"]]
@@ -149,7 +150,7 @@ def profile(hidden: int, acc: int, steps: int = 6, timeout: int = 600) -> dict:
     out_dir = tempfile.mkdtemp(prefix="static_profile_")
     cfg = {"schedule": "ZBV", "layer_meshes": [0, 1, 1, 0], "acc": acc, "steps": steps, "vpp": 2,
            "hidden": hidden, "batch": 4 * acc}
-    results = run_ranks(profile_rank, nproc=2, args=(cfg, out_dir), timeout=timeout,
+    results = run_ranks(profile_rank, nproc=2, args=(cfg, out_dir), timeout=timeout, pin_cpus=True,
                         log_dir=os.path.join(out_dir, "logs"))
     return costs_from([job_times(r["trace"]) for r in results])
 
