@@ -11,7 +11,9 @@ Three subpackages, by what a module does to Paddle:
   and the static Engine (:mod:`.ports.static_engine` with its collectives, ``core.Plan`` builder,
   pipeline-pass registry and static ReshardFunctions).
 * :mod:`.fixes` -- the named, revertible fixes ``paddle_ext.install()`` applies, one module per
-  fix, listed in :mod:`.fixes.table` (``FIXES``, ``install()``, ``uninstall()``).
+  fix, all listed in one table, :mod:`.fixes.table` (``FIXES``: plain ``install()``; ``OPT_IN``:
+  ``install(pipeline_by_annotation=True)``). The static Engine's fixes are
+  :mod:`.ports.static_engine`'s.
 * :mod:`.native` -- the C++ pieces (sources in ``paddle_ext/csrc/``): :mod:`.native.cpp_build`
   builds and caches them with Paddle's cpp_extension, :mod:`.native.cpu_collectives` hooks Paddle's
   CPU kernels, :mod:`.native.fast_key` is the dispatch plan-cache key read in C++.
