@@ -13,9 +13,10 @@ The modes are interleaved: every round runs each mode (in a rotating order) for 
 warm-up step and ``--steps`` timed steps, each timed step started by a barrier so both ranks
 begin it together (paced). A step's time is the slower rank's; each figure is the median over
 the rounds. Before timing, the first step's loss of every mode that runs is checked to agree.
-The load average is printed beside the figures; run it under the CPU lock on a shared machine:
+The load average is printed beside the figures; on a shared machine, run it alone (under the
+machine's CPU lock, if it has one):
 
-    flock /tmp/paddle_ext_cpu.lock python tools/bench_step.py [--rounds 12] [--steps 3] [--write]
+    python tools/bench_step.py [--rounds 12] [--steps 3] [--write]
 
 ``--write`` replaces the table between ``<!-- step:start -->`` and ``<!-- step:end -->`` in
 docs/dispatch.md.
