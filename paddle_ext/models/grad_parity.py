@@ -25,6 +25,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from ..compat.ports.internals import local_value
+
 REDUCE = {"sum": lambda xs: np.sum(xs, axis=0), "avg": lambda xs: np.mean(xs, axis=0),
           "max": lambda xs: np.max(xs, axis=0), "min": lambda xs: np.min(xs, axis=0)}
 
@@ -55,7 +57,7 @@ def record_of(tensor, rank: int) -> dict | None:
     placements = [placement_text(p) for p in tensor.placements]
     # Paddle may leave a tensor's trailing Replicates out: one placement per mesh dim
     placements += ["R"] * (len(mesh.shape) - len(placements))
-    return {"local": np.array(tensor._local_value().numpy()), "mesh": ids, "shape": list(mesh.shape),
+    return {"local": np.array(local_value(tensor).numpy()), "mesh": ids, "shape": list(mesh.shape),
             "placements": placements, "global_shape": list(tensor.shape)}
 
 
@@ -197,7 +199,7 @@ def summary(rows: list[Row]) -> str:
 def scale_grad(param, factor: float) -> None:
     """Multiply ``param``'s gradient in place (the mutation tests' wrong reduction)."""
     grad = param.grad
-    (grad._local_value() if grad.is_dist() else grad).scale_(factor)
+    (local_value(grad) if grad.is_dist() else grad).scale_(factor)
 
 
 class StepRecorder:

@@ -21,6 +21,7 @@ import zlib
 
 import numpy as np
 
+from ..compat.ports.internals import is_initialized, local_value
 from ..parallel_plan import ParallelPlan, parse_plan
 from .grad_parity import StepRecorder
 
@@ -141,7 +142,7 @@ def classes(model: str, auto: bool):
 def initialize_lazy(net) -> None:
     """Value every parameter built under ``paddle.LazyGuard`` (AutoTrainer's lazy initialisation)."""
     for p in net.parameters():
-        if not p._is_initialized() and p._init_func is not None:
+        if not is_initialized(p) and p._init_func is not None:
             p.initialize()
 
 
@@ -219,7 +220,7 @@ def set_weights(model) -> int:
             local = _local_slice(full, p.process_mesh, p.placements, rank)
             if local is None:
                 continue
-            p._local_value().set_value(paddle.to_tensor(local))
+            local_value(p).set_value(paddle.to_tensor(local))
         else:
             p.set_value(paddle.to_tensor(full))
         written += 1
@@ -297,7 +298,7 @@ def _loss_value(loss, rank: int):
     if rank not in list(mesh.process_ids):
         return None
     whole = dist.reshard(loss, mesh, [dist.Replicate()] * len(mesh.shape))
-    return float(whole._local_value().numpy())
+    return float(local_value(whole).numpy())
 
 
 class _Rows:

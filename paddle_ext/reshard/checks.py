@@ -19,7 +19,7 @@ import numpy as np
 import paddle
 import paddle.distributed as dist
 
-from ..compat.ports.internals import expected_place
+from ..compat.ports.internals import expected_place, local_value
 from ..placements import DistSpec, parse_placements
 from .exact import dense_for, exact_locals
 from .layout import coord_in
@@ -95,19 +95,19 @@ def run_case(case: Case, native: bool = False, check: bool = True) -> Outcome:
         mesh = dist.ProcessMesh(np.array(case.dst_mesh).tolist())
         target = to_paddle_placements(dst.placements)
         stats: dict = {}
-        before = x._local_value().numpy().copy()
+        before = local_value(x).numpy().copy()
         t0 = time.perf_counter()
         if native:
             y = original_reshard()(x, mesh, target)
         else:
             y = reshard(x, mesh, target, check=check, stats=stats)
-            if not np.array_equal(x._local_value().numpy(), before):  # the executor writes in place
+            if not np.array_equal(local_value(x).numpy(), before):  # the executor writes in place
                 raise AssertionError(f"reshard wrote into its source tensor ({case.id})")
         out.seconds = time.perf_counter() - t0
         out.received = stats.get("received_bytes", 0)
         out.placements = format_placements(placements_of(y))
         if dist.get_rank() in d_ranks:
-            out.local = y._local_value().numpy()
+            out.local = local_value(y).numpy()
     except Exception as exc:  # reported per case; the parent classifies it
         out.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
         out.extra["traceback"] = traceback.format_exc()[-1500:]

@@ -25,7 +25,7 @@ import numpy as np
 import paddle
 
 from ..compat.ports.convert import pad_placements, to_paddle_placements
-from ..compat.ports.internals import expected_place
+from ..compat.ports.internals import expected_place, local_value
 from ..compat.ports.mesh_reshape import local_mesh_reshape, reshape_placements
 from ..compat.ports.views import require_writable_views
 from ..compat.version import require_paddle
@@ -123,7 +123,7 @@ def _values(x, mesh, specs, stats=None):
     if stats is not None:
         stats.update(plan=format_plan(plan), plan_bytes=sum(s.bytes for s in plan))
     geo = Geometry(src.shape, src.mesh_shape, s_ranks, dst.mesh_shape, d_ranks)
-    local = x._local_value() if paddle.distributed.get_rank() in s_ranks else None
+    local = local_value(x) if paddle.distributed.get_rank() in s_ranks else None
     return _run(paddle, local, x.dtype, geo, plan, mesh, to_paddle_placements(dst.placements), stats)
 
 

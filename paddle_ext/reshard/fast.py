@@ -251,7 +251,7 @@ def _slice(o, x, src, dst, rank, ranks, exact):
     """R -> S(d) (a plan of one local slice): a copy of this rank's slice, no communication."""
     c = coord_in(ranks, src.mesh_shape, rank)
     rel = relative(dst.local_slices(c), src.local_slices(c))
-    cut = [(d, at, n) for d, ((at, n), size) in enumerate(zip(rel, x._local_value().shape)) if n != size]
+    cut = [(d, at, n) for d, ((at, n), size) in enumerate(zip(rel, o.local(x).shape)) if n != size]
     if len(cut) != 1:
         return None
     (axis, start, length), = cut
@@ -259,7 +259,7 @@ def _slice(o, x, src, dst, rank, ranks, exact):
     evenly = even(dst) and len(dst.mesh_shape) == 1
 
     def sliced(x, mesh):
-        return build(take(x._local_value(), axis, start, start + length), dims, mesh, exact, evenly)
+        return build(take(o.local(x), axis, start, start + length), dims, mesh, exact, evenly)
 
     return sliced
 
@@ -334,7 +334,7 @@ def _gather(o, x, dims, group, exact):
     gather, build, itemsize = o.dist.stream.all_gather, o.dist_tensor, x.element_size()
 
     def gathered(x, mesh):
-        local = x._local_value()
+        local = o.local(x)
         out = _out(o, dims, local.dtype, itemsize)
         gather(out, local.contiguous(), group=group)
         return build(out, dims, mesh, exact, True)
@@ -350,7 +350,7 @@ def _all_reduce(o, x, op, n, dims, group, exact):
            "min": dist.ReduceOp.MIN}[op]
 
     def reduced(x, mesh):
-        local = x._local_value()
+        local = o.local(x)
         y = _out(o, dims, local.dtype, itemsize)
         copy_into(local, y)
         dist.all_reduce(y, op=red, group=group)
@@ -397,7 +397,7 @@ def _swap(o, x, src_dim, dst_dim, k, trade, dims, exact):
     pack = _packer(o, block, x.dtype, _numel(block) * itemsize)
 
     def swapped(x, mesh):
-        local = x._local_value()
+        local = o.local(x)
         out = _out(o, shape, local.dtype, itemsize)
         copy_into(view(local, dst_dim, k * b, (k + 1) * b), view(out, src_dim, k * a, (k + 1) * a))
         trade(pack(local, dst_dim, (1 - k) * b, (2 - k) * b), view(out, src_dim, (1 - k) * a, (2 - k) * a))
@@ -421,7 +421,7 @@ def _swap_gathered(o, x, dst_dim, k, group, dims, exact):
     pack = _packer(o, block, x.dtype, _numel(block) * x.element_size())
 
     def swapped(x, mesh):
-        local = x._local_value()
+        local = o.local(x)
         out = o.empty(shape, local.dtype)
         gather(out, pack(local, dst_dim, (1 - k) * b, (2 - k) * b), group=group)
         copy_into(view(local, dst_dim, k * b, (k + 1) * b), view(out, 0, k * a, (k + 1) * a))
@@ -439,7 +439,7 @@ def _reduce_swap(o, x, op, dim, k, trade, dims, exact):
     shape[dim] = half
 
     def reduced(x, mesh):
-        local = x._local_value()
+        local = o.local(x)
         theirs = view(local, dim, (1 - k) * half, (2 - k) * half)
         theirs = theirs if theirs.is_contiguous() else take(local, dim, (1 - k) * half, (2 - k) * half)
         buf = _out(o, shape, local.dtype, x.element_size())
@@ -465,7 +465,7 @@ def _plan_runner(o, x, plan, specs, rank, world, group, exact):
 
     def planned(x, mesh):
         be = PaddleBackend(paddle, rank, world, like, None, group=group)
-        out = execute(be, geo, plan, x._local_value() if holds else None)  # every rank walks the rounds
+        out = execute(be, geo, plan, o.local(x) if holds else None)  # every rank walks the rounds
         if out is None:
             out = paddle.empty([0] * ndim, dtype=dtype)
         return build(out, geo.shape, mesh, exact, False)

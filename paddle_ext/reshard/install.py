@@ -21,9 +21,9 @@ reachable as :func:`original_reshard`; :data:`NATIVE_LISTENERS` hear of every ca
 """
 from __future__ import annotations
 
-from paddle.distributed.auto_parallel import api
 import paddle
 
+from ..compat.ports.internals import auto_parallel_api
 from ..compat.version import require_paddle
 from . import fast
 from .route import NATIVE_LISTENERS, original_reshard  # noqa: F401 - the installer's public names
@@ -55,11 +55,11 @@ def install_reshard(check: bool = False) -> bool:
     if _SAVED:
         return False
     _SAVED["dist"] = paddle.distributed.reshard
-    _SAVED["api"] = api.reshard
+    _SAVED["api"] = auto_parallel_api().reshard
     ours = _make(_SAVED["dist"], check)
     fast.clear()
     paddle.distributed.reshard = ours
-    api.reshard = ours
+    auto_parallel_api().reshard = ours
     return True
 
 
@@ -69,7 +69,7 @@ def uninstall_reshard() -> None:
         return
 
     paddle.distributed.reshard = _SAVED.pop("dist")
-    api.reshard = _SAVED.pop("api")
+    auto_parallel_api().reshard = _SAVED.pop("api")
     fast.clear()
 
 

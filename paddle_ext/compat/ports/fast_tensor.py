@@ -54,13 +54,14 @@ def _build():
         init(out, local, dims=list(dims), process_mesh=mesh, placements=placements, place=place)
         return out
 
-    return SimpleNamespace(empty=empty, view=view, take=take, take_rows=take_rows, copy_into=copy_into, dist_tensor=dist_tensor, grad_enabled=core._has_grad,
+    return SimpleNamespace(empty=empty, view=view, take=take, take_rows=take_rows, copy_into=copy_into,
+                           dist_tensor=dist_tensor, local=paddle.Tensor._local_value, grad_enabled=core._has_grad,
                            in_dygraph=paddle.in_dynamic_mode, dist=paddle.distributed, paddle=paddle)
 
 
 def ops() -> SimpleNamespace:
     """``empty(shape, dtype)``, ``view``/``take``/``take_rows(x, axis, start, stop)``, ``copy_into(x, out)``,
-    ``dist_tensor(local, dims, mesh, placements, even)``, ``grad_enabled()``, ``in_dygraph()``, ``dist``, ``paddle`` (built once)."""
+    ``dist_tensor(local, dims, mesh, placements, even)``, ``local(x)`` (a DistTensor's local tensor), ``grad_enabled()``, ``in_dygraph()``, ``dist``, ``paddle`` (built once)."""
     if not _OPS:
         _OPS.append(_build())
     return _OPS[0]
