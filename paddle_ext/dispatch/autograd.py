@@ -115,7 +115,7 @@ def reshard(t, mesh, placements, grad_enabled: bool):
     if t.stop_gradient or not grad_enabled:
         return reshard_values(t, mesh, placements)
     return differentiable(t, mesh, lambda x, mesh: reshard_values(x, mesh, placements),
-                          back=reshard_values, replicate_partial=True)
+                          back=reshard_values)
 
 
 __all__ = ["dispatch_function", "reshard", "reshard_values"]

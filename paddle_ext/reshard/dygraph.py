@@ -7,7 +7,7 @@ local mesh reshape) with every named error; for paddle-ext's plan the steps of
 
 The result is differentiable through one PyLayer (:func:`differentiable`), shared with dispatch's
 required input reshards: its backward reshards the incoming gradient back to the source mesh and
-placements (dispatch: with a Partial source dim given a Replicate gradient). Output DistTensors
+placements, a Partial source dim given a Replicate gradient (as Paddle's own reshard does). Output DistTensors
 are built with ``paddle.Tensor(local, dims=global_shape, process_mesh=..., placements=...)``, which
 keeps the right global shape for uneven shards (``dtensor_from_local`` would infer
 ``local * mesh_size``).
@@ -153,16 +153,14 @@ def _pylayer():
 
     class Reshard(paddle.autograd.PyLayer):
         """Forward: ``values(x, mesh)``. Backward: the gradient resharded by ``back`` to x's mesh
-        and placements (a Partial source dim given Replicate with ``replicate_partial``)."""
+        and placements, a Partial source dim given Replicate."""
 
         @staticmethod
-        def forward(ctx, x, mesh, values, back, replicate_partial):
+        def forward(ctx, x, mesh, values, back):
             # x.process_mesh is a view into x's C++ attributes: once x is freed (activations
             # often are before backward) it dangles, so keep a ProcessMesh of our own
             ctx.src_mesh = _own_mesh(paddle, x.process_mesh)
-            src = placements_of(x)
-            if replicate_partial:
-                src = tuple(Replicate() if isinstance(p, Partial) else p for p in src)
+            src = tuple(Replicate() if isinstance(p, Partial) else p for p in placements_of(x))
             ctx.grad_placements, ctx.back = src, back
             return values(x, mesh)
 
@@ -182,14 +180,16 @@ def _pylayer():
 _FUNCTION = []
 
 
-def differentiable(x, mesh, values, back=values_of, replicate_partial: bool = False):
+def differentiable(x, mesh, values, back=values_of):
     """``values(x, mesh)`` (a reshard of ``x`` onto ``mesh``) as a PyLayer whose backward
     reshards the gradient back to x's mesh and placements with ``back(dy, mesh, placements)``
-    (paddle-ext placements); ``replicate_partial`` gives a Partial source dim a Replicate
-    gradient (dispatch's input reshards: the gradient of a replicated use of a partial value)."""
+    (paddle-ext placements), a Partial source dim given a Replicate gradient, as Paddle's own
+    reshard does: the gradient of a partial value is the gradient of the value it sums to, whole
+    on every rank, which is what the op that produced the partial value needs in its backward (a
+    Partial gradient would cost that op an all-reduce)."""
     if not _FUNCTION:
         _FUNCTION.append(_pylayer())
-    return _FUNCTION[0].apply(x, mesh, values, back, replicate_partial)
+    return _FUNCTION[0].apply(x, mesh, values, back)
 
 
 def _native(x, mesh, placements, src, dst, stats):

@@ -202,12 +202,11 @@ def route(paddle, x, mesh, placements, installed: bool = False):
     src, dst, s_ranks, d_ranks = full = _checked(paddle, x, mesh, placements, specs)
     if backend == NCCL and not nccl_keeps(src, dst, s_ranks, d_ranks):
         return "nccl", full
-    differentiable = not x.stop_gradient and paddle.is_grad_enabled()
-    # Paddle's own path is exact and moves the same bytes here; its backward gives a Partial
-    # source a Replicate gradient, so those keep paddle-ext's path (x.grad keeps x's placements).
-    # On a 1-D mesh that is the whole job or a prepared group, paddle-ext's executor is faster
-    # (it gathers / reduces straight into the output: tools/bench_reshard.py), so it runs there.
-    if s_ranks == d_ranks and native_is_exact(src, dst) and not (differentiable and src.partial_mesh_dims()) \
+    # Paddle's own path is exact and moves the same bytes here (its backward, like paddle-ext's,
+    # gives a Partial source a Replicate gradient). On a 1-D mesh that is the whole job or a
+    # prepared group, paddle-ext's executor is faster (it gathers / reduces straight into the
+    # output: tools/bench_reshard.py), so it runs there.
+    if s_ranks == d_ranks and native_is_exact(src, dst) \
             and not _own_fast_path(paddle, src, s_ranks):
         return "native", full
     return "ext", full

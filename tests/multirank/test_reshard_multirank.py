@@ -9,6 +9,8 @@
 
 Each rank also counts the bytes it received: never more than the plan's.
 """
+import re
+
 import numpy as np
 import pytest
 
@@ -52,7 +54,9 @@ def test_gradient_flows_back_through_the_reverse_plan(two_ranks):
     for case_id, (grad, placements) in res[0]["grads"].items():
         shape = tuple(int(v) for v in case_id.split(":")[1].strip("()").split(","))
         assert np.array_equal(grad, 2 * dense_for(shape)), case_id
-        assert placements == case_id.split(":")[2].split("->")[0], case_id  # x.grad keeps x's layout
+        # x.grad keeps x's layout, a Partial dim made Replicate (Paddle's own reshard does the same)
+        source = case_id.split(":")[2].split("->")[0]
+        assert placements == re.sub(r"P\([a-z]+\)", "R", source), case_id
 
 
 def test_bad_requests_raise_named_errors_before_moving_data(two_ranks):
