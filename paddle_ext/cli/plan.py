@@ -52,9 +52,16 @@ def _profile(args, model, out: Path):
                                  args.batch or max(8, 2 * args.nproc), args.nproc)
     print(f"paddle-ext plan: no --profile: measuring one on {args.nproc} ranks -> {out}/profile.json",
           file=sys.stderr)
+    user = "factory" in model.config   # --model pkg.module:factory: the demo block times dispatch and pipeline
+    gemms = requirements(model, cands, args.nproc)[0]
+    if user:
+        from ..plan.user_plan import profile_gemms
+
+        gemms = profile_gemms(model, cands, args.nproc)
     with optional_file_lock(args.lock):
-        data = build_profile(requirements(model, cands, args.nproc)[0], args.nproc, model.config, timeout=args.timeout,
-                             imports=RUNNER_IMPORTS[args.model], model=args.model)
+        data = build_profile(gemms, args.nproc, model.config.get("profile_config", model.config),
+                             timeout=args.timeout, imports=RUNNER_IMPORTS.get(args.model, ()),
+                             model="demo" if user else args.model)
     (out / "profile.json").write_text(json.dumps(data, indent=1))
     return Profile.from_json(data, str(out / "profile.json"))
 
@@ -68,7 +75,12 @@ def _pick(entries: list, k: int, how: str) -> list:
 
 
 def _runner(args, model):
-    """(why a plan cannot run, run it): the demo's runner, or PaddleNLP's for its models."""
+    """(why a plan cannot run, run it): the demo's runner, PaddleNLP's for its models, or a user
+    model's emitted configuration (plan/user_runner.py)."""
+    if "factory" in model.config:
+        from ..plan.user_plan import runner_for
+
+        return runner_for(model, args.timeout, args.lock)
     if args.model == "demo":
         from ..plan import runner
 
@@ -154,6 +166,30 @@ def _schedules(text):
     return list(dict.fromkeys(get_schedule_info(name.strip()).name for name in text.split(",") if name.strip()))
 
 
+def _describe(args, check_model_name, describe_model):
+    """``(ModelDesc, UserTrace or None)`` of ``--model``: a known model, or the user's own
+    (``pkg.module:factory``, traced; size overrides and ``--emit`` are checked here)."""
+    from ..errors import PaddleExtError
+    from ..plan.user_model import is_factory_spec
+
+    overridden = [k for k in ("layers", "hidden", "heads", "seq", "vocab", "ffn") if getattr(args, k) is not None]
+    if not is_factory_spec(args.model):
+        if args.emit:
+            raise PaddleExtError(f"--emit writes a dist.parallelize configuration for your own model (--model "
+                                 f"pkg.module:factory); {args.model}'s plans run with paddle-ext demo --plan NAME or "
+                                 f"its runner (docs/plan.md)")
+        check_model_name(args.model)
+        return describe_model(args.model, layers=args.layers, hidden=args.hidden, heads=args.heads, seq=args.seq,
+                              vocab=args.vocab, ffn=args.ffn), None
+    if overridden:
+        raise PaddleExtError(f"--model {args.model} is traced from the model its factory builds; size overrides "
+                             f"(--{', --'.join(overridden)}) do not apply: build another size in the factory")
+    from ..plan.user_plan import trace_model
+
+    trace = trace_model(args.model)
+    return trace.model, trace
+
+
 def run(args) -> int:
     from ..plan.candidates import enumerate_candidates
     from ..plan.describe import check_model_name, describe_model
@@ -161,10 +197,9 @@ def run(args) -> int:
     from ..plan.search import search, to_json
 
     limit = parse_memory(args.memory_limit) if args.memory_limit is not None else None
-    check_model_name(args.model)
-    model = describe_model(args.model, layers=args.layers, hidden=args.hidden, heads=args.heads, seq=args.seq,
-                           vocab=args.vocab, ffn=args.ffn)
-    batch = args.batch or max(8, 2 * args.nproc) if isinstance(args.nproc, int) else None
+    model, trace = _describe(args, check_model_name, describe_model)
+    batch = args.batch or (model.config["batch"] if trace else max(8, 2 * args.nproc)) \
+        if isinstance(args.nproc, int) else None
     enumerate_candidates(len(model.layers), model.heads, model.hidden, model.ffn, model.seq, batch, args.nproc,
                          _schedules(args.schedules))
     from ..plan.runner import WARMUP
@@ -186,10 +221,21 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     profile = _profile(args, model, out)
     schedules = _schedules(args.schedules)
-    result = search(model, profile, args.nproc, limit, nodes=args.nodes, batch=batch, schedules=schedules)
+    if trace is None:
+        result = search(model, profile, args.nproc, limit, nodes=args.nodes, batch=batch, schedules=schedules)
+    else:   # the user's model: without sequence-parallel plans (plan/emit.py says why)
+        from ..plan.user_plan import emit_plan, search_user_model
+
+        result = search_user_model(trace, profile, args.nproc, limit, nodes=args.nodes, batch=batch,
+                                   schedules=schedules)
     doc = to_json(result, args.top if not args.json else max(args.top, 20))
     doc["model"] = {k: v for k, v in model.to_json().items() if k != "layers"}
     doc["profile"] = profile.data.get("source")
+    if args.emit:
+        files = emit_plan(trace, result.plans[0].candidate, args.emit)
+        doc["emitted"] = {"plan": result.plans[0].candidate.name, "files": [str(f) for f in files]}
+    if trace is not None:
+        doc["trace"] = trace.to_json()
     if args.run:
         _run_plans(args, model, result, doc)
     (out / "plan.json").write_text(json.dumps(doc, indent=1))
@@ -200,6 +246,10 @@ def run(args) -> int:
           f"{doc['candidates']} candidate plans in {doc['search_s']:.2f} s, {doc['feasible']} within the memory limit"
           + (f" ({doc['merged']} of them the same plan as a better-ranked one under another schedule name, "
              f"shown as '(= ...)')" if doc.get("merged") else ""))
+    if trace is not None:
+        from ..plan.user_plan import summary_lines
+
+        print("\n".join(summary_lines(trace)))
     shown = [p for p in doc["plans"] if p["measured_step_s"] is not None] if args.run else doc["plans"]
     print(_table(shown, args.top if not args.run else len(shown)))
     if args.run:
@@ -214,6 +264,9 @@ def run(args) -> int:
                   f"(steal, measured_steal_passes in the JSON): a plan's figure leaves out its passes above "
                   f"{STEAL_WARN:.0%} while one remains (measured_passes_used); if the ranking matters, run again "
                   f"when the host is quieter")
+    if args.emit:
+        print(f"\n{doc['emitted']['plan']} as a dist.parallelize configuration: "
+              + ", ".join(doc["emitted"]["files"]) + " (paddle_ext.apply_plan(model, optimizer, plan.json))")
     print(f"\nfull result in {out}/plan.json")
     return 0
 
@@ -241,6 +294,9 @@ def register(subparsers) -> None:
     parser.add_argument("--repeat", type=int, default=3,
                         help="passes over the run plans, every other one in reverse order (default 3); a plan's "
                              "measured step is its median pass's, its peak memory the largest")
+    parser.add_argument("--emit", default=None, metavar="DIR",
+                        help="with --model pkg.module:factory: write the best plan as a dist.parallelize configuration "
+                             "(DIR/plan.json) and a script that applies it (DIR/apply_plan.py)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--out", default="plan_out", help="directory for plan.json and a measured profile")
     parser.set_defaults(func=run)
