@@ -17,6 +17,7 @@ import functools
 
 from ..compat.ports import dispatch as cd
 from ..compat.ports.convert import to_paddle_placements
+from ..compat.ports.internals import local_value
 from ..placements import DistSpec
 from ..reshard.dygraph import differentiable
 from ..reshard.fast import reshard as ext_reshard
@@ -41,7 +42,7 @@ def dispatch_function():
             with paddle.enable_grad():
                 lin = []
                 for x, n in zip(xs, need):
-                    loc = x._local_value()
+                    loc = local_value(x)
                     if n:
                         loc = loc.detach()
                         loc.stop_gradient = False
@@ -71,7 +72,7 @@ def dispatch_function():
                     have = cd.spec_and_mesh(dy)[0]
                     if have.placements != want.placements:
                         dy = reshard_values(dy, plan.mesh, want.placements)
-                    loc = dy._local_value()
+                    loc = local_value(dy)
                 else:
                     loc = dy
                 if gp.output_scale[k] != 1.0:

@@ -44,6 +44,7 @@ from typing import Callable, NamedTuple, Sequence
 
 from ..compat.ports import dispatch as cd
 from ..compat.ports.dispatch import DygraphRuntime, dygraph_runtime
+from ..compat.ports.internals import local_value
 from ..placements import format_placements
 from .audit_report import _ACTIVE, record_dispatch
 from .autograd import dispatch_function, reshard
@@ -85,7 +86,7 @@ def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
     plan, no_grad = found
     if no_grad or not rt.grad_enabled():
         flat = slots if plan.ready else _inputs(rt, plan, slots)
-        lin = [t._local_value() for t in flat]
+        lin = [local_value(t) for t in flat]
     else:
         outs = None
         if plan.by_paddle is not False and _BY_PADDLE.get() and _NATIVE.get():
@@ -101,7 +102,7 @@ def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
                 record_dispatch(op)
             return outs
         to_local, mesh = rt.to_local, plan.cmesh
-        lin = [to_local(t, mesh, h) if not t.stop_gradient else t._local_value()
+        lin = [to_local(t, mesh, h) if not t.stop_gradient else local_value(t)
                for t, h in zip(flat, plan.native_hints)]
     out = run_local(lin if plan.direct else restructure(slots, lin), plan.ctx)
     if plan.single and not isinstance(out, (tuple, list)) and out.shape == plan.out_local[0]:

@@ -28,6 +28,7 @@ from typing import Sequence
 
 from ..compat.native import fast_key
 from ..compat.ports.dispatch import DygraphRuntime, dygraph_runtime
+from ..compat.ports.internals import placements_text
 from ..spmd.registry import REGISTRY
 from .call_plan import Plan, make_plan
 from .slots import flatten_slots
@@ -93,7 +94,7 @@ def python_layout(rt: DygraphRuntime, slots: Sequence, lists_are_dense: bool = F
                 elif pm is not mesh and not pm == mesh:
                     mixed = True
                 key.append(tuple(t.shape))
-                key.append(t._placements_str if pstr else tuple(t.placements))
+                key.append(placements_text(t) if pstr else tuple(t.placements))
             else:
                 key.append("dense")
                 key.append(tuple(t.shape))

@@ -35,6 +35,7 @@ import paddle.distributed as dist
 
 from paddle_ext.compat import from_paddle_placements, to_paddle_placements
 from paddle_ext.compat.ports.pipelining import from_local, global_mesh
+from paddle_ext.compat.ports.internals import local_value
 from paddle_ext.errors import ScheduleError
 
 from .p2p import pair_group
@@ -51,7 +52,7 @@ def _dtype_name(dtype) -> str:
 
 def tensor_meta(t, requires_grad: Optional[bool] = None) -> Meta:
     """What a receiver needs to allocate and rebuild ``t``."""
-    local = t._local_value() if t.is_dist() else t
+    local = local_value(t) if t.is_dist() else t
     placements = tuple(from_paddle_placements(t.placements)) if t.is_dist() else None
     grad = (not t.stop_gradient) if requires_grad is None else requires_grad
     return (tuple(local.shape), _dtype_name(t.dtype), placements, bool(grad))
@@ -247,7 +248,7 @@ class StageRunner:
             raise ScheduleError(f"stage {self.index} ({channel}): tensor shapes changed within a step "
                                 f"({sent} then {metas}); every microbatch of a step must have the same shapes")
         for t in tensors:
-            local = t._local_value() if t.is_dist() else t
+            local = local_value(t) if t.is_dist() else t
             # point-to-point sends need contiguous memory (gloo and NCCL refuse a strided view)
             dist.send(local if local.is_contiguous() else local.contiguous(), dst=dst, group=group)
 

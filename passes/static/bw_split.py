@@ -26,7 +26,7 @@ from typing import FrozenSet, Optional
 
 import paddle
 
-from paddle_ext.compat.ports.internals import pir_ops
+from paddle_ext.compat.ports.internals import pir_ops, set_insertion_point
 from paddle_ext.passes.static.program_split import result_users
 
 __all__ = ["BackwardSplit", "split_matmul_grads", "classify_backward"]
@@ -71,7 +71,7 @@ def split_matmul_grads(program) -> int:
         trans_y = bool(attrs.get("transpose_y"))
         chunk = op.attrs().get("chunk_id", -1) if op.has_attr("chunk_id") else -1
         with paddle.static.program_guard(program):
-            paddle.pir.set_insertion_point(op)
+            set_insertion_point(op)
             ops = pir_ops()
             new_dx = ops.matmul(dout, y, False, not trans_y)
             k, n = x.shape[-1], dout.shape[-1]

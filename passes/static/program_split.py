@@ -24,7 +24,7 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, 
 
 import paddle
 
-from paddle_ext.compat.ports.internals import pir_ops
+from paddle_ext.compat.ports.internals import pir_ops, set_insertion_point_after
 from paddle_ext.errors import ScheduleError
 from paddle_ext.passes.static.merge import members
 
@@ -152,7 +152,7 @@ def split_program(program, owner: Sequence[str], job_types: Sequence[str], place
                 for t in job_types:  # every job that runs the maker stores the value
                     if owner[i] in runs[t]:
                         home = clone_ops[t][i]
-                        paddle.pir.set_insertion_point_after(home)
+                        set_insertion_point_after(home)
                         pir_ops().set_persistable_value(home.result(r), name)
         stored[(i, r)] = name
         return name
