@@ -203,11 +203,14 @@ def route(paddle, x, mesh, placements, installed: bool = False):
     if backend == NCCL and not nccl_keeps(src, dst, s_ranks, d_ranks):
         return "nccl", full
     # Paddle's own path is exact and moves the same bytes here (its backward, like paddle-ext's,
-    # gives a Partial source a Replicate gradient). On a 1-D mesh that is the whole job or a
-    # prepared group, paddle-ext's executor is faster (it gathers / reduces straight into the
-    # output: tools/bench_reshard.py), so it runs there.
+    # gives a Partial source a Replicate gradient). A call that needs a gradient runs there: its
+    # grad node is Paddle's C++ one, cheaper than a PyLayer (the demo's tp2 step: 1.19-1.26x
+    # Paddle alone with paddle-ext's P -> R in a PyLayer, 0.99x with Paddle's; tools/bench_step.py).
+    # Without a gradient, on a 1-D mesh that is the whole job or a prepared group, paddle-ext's
+    # executor is faster (it gathers / reduces straight into the output: tools/bench_reshard.py).
+    differentiable = not x.stop_gradient and paddle.is_grad_enabled()
     if s_ranks == d_ranks and native_is_exact(src, dst) \
-            and not _own_fast_path(paddle, src, s_ranks):
+            and (differentiable or not _own_fast_path(paddle, src, s_ranks)):
         return "native", full
     return "ext", full
 
