@@ -106,7 +106,7 @@ def install(static_engine: bool = False, pipeline_by_annotation: bool = False,
     install_reshard()
     install_static_reshard()
     names += ["dygraph-reshard", "static-reshard-functions"]
-    from .compat.ports.static_engine import install_rings
+    from .compat.fixes.table import install_rings
 
     names += install_rings()
     if static_engine:

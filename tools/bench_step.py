@@ -42,7 +42,7 @@ def _set_mode(mode: str) -> None:
     """Put this process in ``mode``: every paddle-ext patch reverted, install(), or both switches."""
     import paddle_ext
     from paddle_ext.compat import uninstall as uninstall_fixes
-    from paddle_ext.compat.ports.static_engine import uninstall_rings
+    from paddle_ext.compat.fixes.table import uninstall_rings
     from paddle_ext.compat.ports.static_reshard import uninstall_static_reshard
     from paddle_ext.reshard.install import uninstall_reshard
 

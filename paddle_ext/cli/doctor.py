@@ -40,7 +40,7 @@ def collect() -> dict:
         "device_count": paddle.device.cuda.device_count() if gpu else 0,
     })
     report["backend"] = "nccl" if gpu else "gloo"
-    from ..compat.ports.static_engine import RING_FIXES, install_rings
+    from ..compat.fixes.table import RING_FIXES, install_rings
 
     fixes = {}
     for name, fix in {**FIXES, **RING_FIXES}.items():   # what paddle_ext.install() applies
@@ -77,13 +77,10 @@ def _opt_ins() -> dict:
     """The fixes plain ``install()`` leaves off (each has a visible effect), with their switch
     and whether they are on in this process."""
     from ..compat.fixes.outside_mesh_support import unsupported_reason
-    from ..compat.fixes.table import OPT_IN
-    from ..compat.ports.static_engine import STATIC_FIXES
+    from ..compat.fixes.table import OPT_IN, STATIC_FIXES
 
     out = {}
-    for name, fix in STATIC_FIXES.items():
-        out[name] = {"summary": fix.summary, "switch": "install(static_engine=True)", "on": fix.is_applied()}
-    for name, fix in OPT_IN.items():
+    for name, fix in {**STATIC_FIXES, **OPT_IN}.items():
         out[name] = {"summary": fix.summary, "switch": fix.switch, "on": fix.is_applied()}
     reason = unsupported_reason()
     for name in OPT_IN:

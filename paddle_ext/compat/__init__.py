@@ -8,12 +8,12 @@ Three subpackages, by what a module does to Paddle:
   SPMD rules and the bridge both ways (:mod:`.ports.spmd`, :mod:`.ports.spmd_bridge`), the
   dispatcher's handles (:mod:`.ports.dispatch`, :mod:`.ports.internals`, :mod:`.ports.fast_tensor`),
   dygraph pipelining, views, buffers, the mesh relabel, the dense twin of the auto-parallel API,
-  and the static Engine (:mod:`.ports.static_engine` with its collectives, ``core.Plan`` builder,
-  pipeline-pass registry and static ReshardFunctions).
+  and the static Engine (:mod:`.ports.static_engine`: what its fixes put in Paddle's place, with
+  its collectives, ``core.Plan`` builder, pipeline-pass registry and static ReshardFunctions).
 * :mod:`.fixes` -- the named, revertible fixes ``paddle_ext.install()`` applies, one module per
-  fix, all listed in one table, :mod:`.fixes.table` (``FIXES``: plain ``install()``; ``OPT_IN``:
-  ``install(pipeline_by_annotation=True)``). The static Engine's fixes are
-  :mod:`.ports.static_engine`'s.
+  fix, all listed in one table, :mod:`.fixes.table` (``FIXES`` and ``RING_FIXES``: plain
+  ``install()``; ``STATIC_FIXES``: ``install(static_engine=True)``; ``OPT_IN``:
+  ``install(pipeline_by_annotation=True)``).
 * :mod:`.native` -- the C++ pieces (sources in ``paddle_ext/csrc/``): :mod:`.native.cpp_build`
   builds and caches them with Paddle's cpp_extension, :mod:`.native.cpu_collectives` hooks Paddle's
   CPU kernels, :mod:`.native.fast_key` is the dispatch plan-cache key read in C++.

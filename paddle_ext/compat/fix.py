@@ -3,9 +3,10 @@
 A :class:`Fix` says whether this Paddle needs it (``needed()``, checked on the real object, not
 guessed from the version), installs itself idempotently (``apply()``) and restores Paddle's
 originals (``revert()``); ``switch`` names the ``install()`` argument that applies it when plain
-``install()`` does not. The table of fixes is :mod:`paddle_ext.compat.fixes.table`; the static
-Engine's live with it in :mod:`paddle_ext.compat.ports.static_engine`. Importing this module
-imports no Paddle.
+``install()`` does not, and ``via`` the table's function that applies it when that is not the
+one of its ``switch`` (``static-gloo-rings``: ``install_rings``, which plain ``install()`` calls
+after routing reshards). Every fix is in one table, :mod:`paddle_ext.compat.fixes.table`.
+Importing this module imports no Paddle.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ class Fix:
     _apply: Callable[[], tuple]  # returns (owner, attribute, original) triples to restore
     _undo: Callable[[], object] | None = None   # what revert() undoes besides the triples
     switch: str | None = None   # the install() argument that applies it; None: plain install()
+    via: str | None = None      # the table function that applies it, when not the switch's own
     _saved: list = field(default_factory=list)
 
     def needed(self) -> bool:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 
-from paddle_ext.compat.ports import static_engine
+from paddle_ext.compat.fixes import table as compat_fixes
 from paddle_ext.compat.ports.pipeline_registry import pipeline_pass_base, register_pipeline_pass, registered_pipeline_passes
 from paddle_ext.compat.ports.static_plan import device_place_attr, make_plan, pass_utils
 from paddle_ext.errors import ScheduleError
@@ -124,9 +124,9 @@ def register_static_passes() -> list:
 
 def install_static() -> list[str]:
     """Make ``dist.to_static`` run pipeline parallelism on CPU/gloo with any of paddle-ext's
-    schedules: compat's static-Engine fixes (:func:`paddle_ext.compat.ports.static_engine.install_static`),
+    schedules: compat's static-Engine fixes (:func:`paddle_ext.compat.fixes.table.install_static`),
     then this adapter's passes registered (:func:`register_static_passes`). Idempotent; returns
     the fixes in effect."""
-    names = static_engine.install_static()
+    names = compat_fixes.install_static()
     register_static_passes()
     return names

@@ -114,7 +114,7 @@ def test_install_is_idempotent_and_reports():
         first = paddle_ext.install()
         assert paddle_ext.install() == first
         extras = {"dygraph-reshard", "static-reshard-functions"}
-        from paddle_ext.compat.ports.static_engine import RING_FIXES
+        from paddle_ext.compat.fixes.table import RING_FIXES
 
         assert set(first) <= set(FIXES) | set(RING_FIXES) | extras and extras <= set(first)
         assert ("static-gloo-rings" in first) == (not paddle.is_compiled_with_cuda())
@@ -123,7 +123,7 @@ def test_install_is_idempotent_and_reports():
         from paddle_ext.reshard.install import uninstall_reshard
         from paddle_ext.compat.ports.static_reshard import uninstall_static_reshard
 
-        from paddle_ext.compat.ports.static_engine import uninstall_rings
+        from paddle_ext.compat.fixes.table import uninstall_rings
 
         uninstall()
         uninstall_rings()

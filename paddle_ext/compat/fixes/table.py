@@ -7,28 +7,54 @@ in a module of its own, named after it (``numpy-mesh-rank`` -> :mod:`.numpy_mesh
 ``gloo-group-rendezvous`` is :mod:`.gloo_groups`, ``gloo-batch-p2p-order`` :mod:`.gloo_p2p`,
 ``zero3-gather-on-conflict`` :mod:`.zero3_gather`, ``stage1-dense-grads``
 :mod:`.stage1_dense_grads`, ``outside-mesh-hint`` :mod:`.outside_mesh_hint`,
-``ranks-outside-mesh`` :mod:`.outside_mesh`. Nothing is patched at import time, and importing
-this module imports no Paddle.
+``ranks-outside-mesh`` :mod:`.outside_mesh`. The static Engine's five import Paddle (through
+its ports, :mod:`paddle_ext.compat.ports.static_engine` and
+:mod:`~paddle_ext.compat.ports.static_collectives`), so the table loads their modules when a
+fix is first asked or applied. Nothing is patched at import time, and importing this module
+imports no Paddle.
 
-* :data:`TABLE` -- every fix, in the order ``paddle_ext.install()`` applies them;
-* :data:`FIXES` -- those plain ``install()`` applies (``switch`` None);
-* :data:`OPT_IN` -- those an ``install()`` argument applies (``switch`` names it): they change
-  what a program that already runs can see.
+* :data:`TABLE` -- every fix, grouped by the call that applies it, each group in the order that
+  call applies it;
+* :data:`FIXES` -- those plain ``install()`` applies first (``switch`` and ``via`` None:
+  :func:`install`);
+* :data:`RING_FIXES` -- ``static-gloo-rings``, which plain ``install()`` applies after routing
+  reshards (``via="install_rings"``: :func:`install_rings`);
+* :data:`STATIC_FIXES` -- the static Engine's, applied by ``install(static_engine=True)``
+  (``switch`` :data:`STATIC_SWITCH`: :func:`install_static`, through
+  ``paddle_ext.passes.static.passes.install_static``, which then registers paddle-ext's
+  schedules);
+* :data:`OPT_IN` -- those ``install(pipeline_by_annotation=True)`` applies (:func:`install_opt_in`):
+  they change what a program that already runs can see.
 
 The gloo fixes (static groups, static barrier, checkpoint load, CPU collectives) follow the
 backend the job runs on, not the build (:func:`~paddle_ext.compat.ports.backend.job_on_gloo`,
 read through ``paddle.distributed.get_backend``; docs/backends.md): a CUDA wheel running gloo gets
 them, and every patched function hands an NCCL or unknown backend to Paddle's original when it is
-called. The static Engine's fixes (``install(static_engine=True)`` and the rings plain
-``install()`` applies) are :mod:`paddle_ext.compat.ports.static_engine`'s.
+called. The static Engine's gloo fixes (``static-gloo-collectives``,
+``static-eager-param-reshard``, ``static-gloo-rings``) are needed on a gloo job, asked when
+applied; ``static-gloo-rings`` asks again for every program it sees.
 """
 from __future__ import annotations
+
+import importlib
+from typing import Callable
 
 from ..fix import Fix, apply_fixes, revert_fixes
 from . import (bool_cast_grad, checkpoint_cpu_load, cpu_collectives, gloo_groups, gloo_p2p,
                local_layer_dense_gradient, numpy_mesh_rank, outside_mesh, outside_mesh_hint,
                stage1_dense_grads, static_gloo_barrier, static_gloo_groups, zero3_gather)
 from .outside_mesh_support import SWITCH
+
+STATIC_SWITCH = "install(static_engine=True)"
+
+
+def _later(module: str, name: str) -> Callable:
+    """``.<module>.<name>()``, the module loaded on the first call (it imports Paddle; the table does not)."""
+    def call():
+        return getattr(importlib.import_module(f"{__package__}.{module}"), name)()
+    call.__qualname__ = f"{module}.{name}"
+    return call
+
 
 TABLE: dict[str, Fix] = {
     f.name: f for f in (
@@ -70,6 +96,28 @@ TABLE: dict[str, Fix] = {
         Fix("checkpoint-cpu-load",
             "dist.load_state_dict reshards on CPU instead of calling Tensor.cuda()",
             checkpoint_cpu_load.needed, checkpoint_cpu_load.apply),
+        # plain install(), after routing reshards: dense static programs on several rings
+        Fix("static-gloo-rings",
+            "a dense static program on two rings or more, or with a reduce_scatter, runs its collectives on "
+            "ring-aware gloo ops (Paddle's CPU kernels share the first communicator; reduce_scatter has none)",
+            _later("static_gloo_rings", "needed"), _later("static_gloo_rings", "apply"), via="install_rings"),
+        # install(static_engine=True): the static Engine's pipelines on CPU/gloo, any schedule
+        Fix("static-pipeline-schedules",
+            "pipeline_pass runs any registered pipeline_scheduler_<NAME> (pir_pass and engine bindings)",
+            _later("static_pipeline_schedules", "needed"), _later("static_pipeline_schedules", "apply"),
+            switch=STATIC_SWITCH),
+        Fix("static-gloo-collectives",
+            "executed programs' collectives and send/recv run on ring-aware gloo ops (C++, built once)",
+            _later("static_gloo_collectives", "needed"), _later("static_gloo_collectives", "apply"),
+            switch=STATIC_SWITCH),
+        Fix("static-engine-chunks",
+            "Engine assigns chunk ids for paddle-ext's multi-chunk schedules; run() finds the loss job",
+            _later("static_engine_chunks", "needed"), _later("static_engine_chunks", "apply"),
+            switch=STATIC_SWITCH),
+        Fix("static-eager-param-reshard",
+            "init_pir skips the eager reshard of parameters on ranks outside their meshes (CPU segfault)",
+            _later("static_eager_param_reshard", "needed"), _later("static_eager_param_reshard", "apply"),
+            switch=STATIC_SWITCH),
         # opt-in: a registered device type, and LocalLayer gradients on the ranks inside the mesh too
         Fix("ranks-outside-mesh",
             "a rank outside a DistTensor's mesh runs its ops (registers a zero-device type 'no_device', visible "
@@ -81,8 +129,10 @@ TABLE: dict[str, Fix] = {
             local_layer_dense_gradient.needed, local_layer_dense_gradient.apply, switch=SWITCH),
     )
 }
-FIXES: dict[str, Fix] = {name: f for name, f in TABLE.items() if f.switch is None}
-OPT_IN: dict[str, Fix] = {name: f for name, f in TABLE.items() if f.switch is not None}
+FIXES: dict[str, Fix] = {name: f for name, f in TABLE.items() if f.switch is None and f.via is None}
+RING_FIXES: dict[str, Fix] = {name: f for name, f in TABLE.items() if f.via == "install_rings"}
+STATIC_FIXES: dict[str, Fix] = {name: f for name, f in TABLE.items() if f.switch == STATIC_SWITCH}
+OPT_IN: dict[str, Fix] = {name: f for name, f in TABLE.items() if f.switch == SWITCH}
 
 
 def install() -> list[str]:
@@ -105,3 +155,26 @@ def uninstall_opt_in() -> None:
     """Restore ``Tensor.backward``, ``set_value``, the comparisons and ``LocalLayer.__call__`` (the
     registered device type stays for the life of the process)."""
     revert_fixes(OPT_IN)
+
+
+def install_rings() -> list[str]:
+    """Apply ``static-gloo-rings`` where needed (a gloo job; idempotent); returns it when in effect.
+    Plain ``paddle_ext.install()`` calls it after routing reshards."""
+    return apply_fixes(RING_FIXES)
+
+
+def uninstall_rings() -> None:
+    """Restore the static Engine's ``_parallel_pir`` and ``_init_comm`` that ``static-gloo-rings`` wrapped."""
+    revert_fixes(RING_FIXES)
+
+
+def install_static() -> list[str]:
+    """Apply the static-Engine fixes this Paddle needs (idempotent); returns those in effect.
+    ``paddle_ext.install(static_engine=True)`` calls it through
+    ``paddle_ext.passes.static.passes.install_static``, which then registers paddle-ext's schedules."""
+    return apply_fixes(STATIC_FIXES)
+
+
+def uninstall_static() -> None:
+    """Restore Paddle's originals of every static-Engine fix."""
+    revert_fixes(STATIC_FIXES)

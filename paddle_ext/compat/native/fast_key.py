@@ -14,8 +14,8 @@ against a native add of ~40 us). ``fast_key(slots)`` reads the same facts from e
   different meshes: the general path then runs (and names the problem).
 
 The C++ source is ``paddle_ext/csrc/fast_key.cc``. It is built with Paddle's ``cpp_extension``
-against the installed Paddle's headers, only on the Paddle versions
-:mod:`~paddle_ext.compat.version` names (:mod:`.cpp_build`; first use ~25 s, then cached).
+against the installed Paddle's headers, only on the Paddle versions :mod:`~paddle_ext.compat.version`
+names (:mod:`paddle_ext.compat.native.cpp_build`; first use ~25 s, then cached).
 :func:`start` loads it when built and otherwise starts a detached builder process, so the first
 calls use the Python key and nothing waits.
 Without a compiler, or with ``PADDLE_EXT_FAST_KEY=0``, the Python key serves every call;

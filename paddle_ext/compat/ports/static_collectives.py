@@ -41,7 +41,7 @@ def load_gloo_ops():
     """Build (first use, ~30 s, then cached) and load the gloo collective ops; returns the module
     (loaded once per process).
 
-    Ranks of one launch share the build (:mod:`.cpp_build`)."""
+    Ranks of one launch share the build (:mod:`paddle_ext.compat.native.cpp_build`)."""
     return build_and_load("gloo_ops")
 
 
