@@ -30,7 +30,9 @@ def debug(on: bool = True) -> bool:
 
 def enable(ops=None) -> list:
     """Give the Paddle ops that lack a usable SPMD rule paddle-ext's rules (``paddle.flip``,
-    ``F.max_pool2d``, ...): DistTensor calls keep their sharding. See :mod:`paddle_ext.dispatch`."""
+    ``F.max_pool2d``, ...), and the rules you registered under a Paddle function's name
+    (``register_spmd_rule("heaviside")``): DistTensor calls keep their sharding. See
+    :mod:`paddle_ext.dispatch.enable`."""
     from .dispatch import enable as _enable
 
     return _enable(ops)
