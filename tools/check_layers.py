@@ -19,7 +19,8 @@ What it checks (docs/architecture.md, "Layers, checked"):
    ``auto_parallel.api``, ``paddle.pir``, and private ``_`` attributes of Paddle objects, found by
    introspection: the rule is in ``tools/layers_internals.py``), counted as source lines per file
    (comments and docstrings excluded): more than the baseline fails.
-3. **Import cycles**: the strongly connected groups of the module graph (grimp); a group that is
+3. **Import cycles**: the strongly connected groups of the module graph (grimp, plus the string
+   imports grimp cannot see: :func:`string_imports`); a group that is
    not inside a baseline group fails.
 4. **Module sizes** in ``paddle_ext/``, ``passes/``, ``spmd_rules/``: a module over 500 lines
    not in the baseline fails, and so does a baseline module that grew.
@@ -211,6 +212,76 @@ def _sccs(nodes, succ) -> list[list[str]]:
     return sorted(out)
 
 
+def _module_file(stage_dir: Path, module: str) -> Path | None:
+    base = stage_dir.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _fstring_target(node: ast.JoinedStr, module: str, is_package: bool) -> tuple[str, bool] | None:
+    """``f"{__package__}.name"`` / ``f"{__name__}.name"`` -> (the module name, False);
+    ``f"{__package__}.{variable}"`` -> (the package's name, True: any module directly in it)."""
+    parts = node.values
+    if not parts or not isinstance(parts[0], ast.FormattedValue) or not isinstance(parts[0].value, ast.Name):
+        return None
+    which = parts[0].value.id
+    if which not in ("__package__", "__name__"):
+        return None
+    base = module if which == "__name__" or is_package else module.rpartition(".")[0]
+    text = ""
+    for part in parts[1:]:
+        if isinstance(part, ast.Constant) and isinstance(part.value, str):
+            text += part.value
+        else:
+            return (base + text).rstrip("."), True
+    return base + text, False
+
+
+_IMPORTERS = ("import_module", "__import__", "find_spec")
+
+
+def _call_name(node: ast.Call) -> str:
+    f = node.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+
+
+def string_imports(stage_dir: Path, internal: list[str]) -> dict[str, set[str]]:
+    """Imports the import statements do not show, by module: the first argument of
+    ``importlib.import_module`` / ``__import__`` / ``find_spec`` when it names a module of the
+    package, in full (``"paddle_ext.spmd_rules"``) or from ``__package__`` / ``__name__``
+    (``f"{__package__}.transition_kinds"``; with a variable part, ``f"{__name__}.{module}"``,
+    every module directly inside that package counts)."""
+    known = set(internal)
+    edges: dict[str, set[str]] = {}
+    for module in internal:
+        path = _module_file(stage_dir, module)
+        if path is None:
+            continue
+        is_package = path.name == "__init__.py"
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.Call) and _call_name(node) in _IMPORTERS and node.args):
+                continue
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value in known:
+                found.add(arg.value)
+            elif isinstance(arg, ast.JoinedStr):
+                target = _fstring_target(arg, module, is_package)
+                if target is None:
+                    continue
+                name, any_child = target
+                if any_child:
+                    found |= {m for m in known if m.rpartition(".")[0] == name}
+                elif name in known:
+                    found.add(name)
+        found.discard(module)
+        if found:
+            edges[module] = found
+    return edges
+
+
 def _graph_worker(stage_dir: str, config: str) -> None:
     """Runs in a fresh interpreter: the contracts and the cycles of the staged package."""
     import importlib.util
@@ -248,8 +319,11 @@ def _graph_worker(stage_dir: str, config: str) -> None:
                                     "warnings": [str(w) for w in check.warnings]})
     graph = report.graph
     internal = sorted(m for m in graph.modules if m == "paddle_ext" or m.startswith("paddle_ext."))
+    by_string = string_imports(Path(stage_dir), internal)
+    result["string_imports"] = {m: sorted(ws) for m, ws in by_string.items()}
     result["cycles"] = _sccs(internal, lambda m: [w for w in graph.find_modules_directly_imported_by(m)
-                                                   if w == "paddle_ext" or w.startswith("paddle_ext.")])
+                                                   if w == "paddle_ext" or w.startswith("paddle_ext.")]
+                             + sorted(by_string.get(m, ())))
     print(_MARK + json.dumps(result))
 
 

@@ -97,7 +97,8 @@ def substitute_rule_lookup(used: dict[str, str]):
     from paddle.base import core
 
     import paddle_ext  # noqa: F401 - connects the SPMD bridge
-    from paddle_ext.spmd.registry import REGISTRY, load_builtin_rules
+    from paddle_ext.spmd.lookup import load_builtin_rules
+    from paddle_ext.spmd.registry import REGISTRY
 
     load_builtin_rules()
     paddle_lookup = core.get_phi_spmd_rule

@@ -61,7 +61,8 @@ def register(subparsers) -> None:
 def _list(args) -> int:
     from ..spmd.opcases import CASES
     from ..compat.ports.spmd_bridge import paddle_has_rule
-    from ..spmd.registry import REGISTRY, load_builtin_rules
+    from ..spmd.lookup import load_builtin_rules
+    from ..spmd.registry import REGISTRY
 
     load_builtin_rules()
     if args.source == "paddle":
@@ -146,7 +147,7 @@ def _reshard_lines(res) -> list[str]:
 
 def explain_text(op: str, specs: list[DistSpec], attrs: dict, source: str = "auto") -> str:
     """``op: given -> required = outputs`` plus one line per reshard with its collectives."""
-    from ..spmd.registry import get_spmd_rule
+    from ..spmd.lookup import get_spmd_rule
     from ..spmd.result import make_result
 
     rule = get_spmd_rule(op, source)

@@ -34,7 +34,8 @@ from typing import Iterable
 from ..compat.ports.dispatch import Patcher, ignore_in_dy2static
 from ..compat.version import require_paddle
 from ..errors import ShardingRuleError
-from ..spmd.registry import REGISTRY, load_builtin_rules
+from ..spmd.lookup import load_builtin_rules
+from ..spmd.registry import REGISTRY
 from .paddle_ops import BY_NAME, OPS, PaddleOp, make_wrapper
 
 _PATCHER = Patcher()

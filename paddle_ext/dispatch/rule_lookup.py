@@ -15,7 +15,8 @@ from typing import Sequence
 from ..errors import ShardingRuleError
 from ..placements import DistSpec
 from ..spmd.opcases import CASES
-from ..spmd.registry import REGISTRY, get_spmd_rule, load_builtin_rules, paddle_rules
+from ..spmd.lookup import get_spmd_rule, load_builtin_rules
+from ..spmd.registry import REGISTRY, paddle_rules
 from .grad import grad_plan
 
 FIXES = ("register a rule with @paddle_ext.spmd.register_spmd_rule(op)",

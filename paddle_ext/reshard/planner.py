@@ -27,6 +27,7 @@ from typing import Iterator, Sequence
 from ..errors import ReshardPlanError
 from ..placements import DistSpec, Partial, Placement, Replicate, Shard, check_mesh_shape, format_placements
 from .layout import CROSS, DST, SRC, has_partial
+from . import transition_kinds  # noqa: F401 - registers every transition kind
 from .transitions import P2P, TRANSFER, Move, for_move
 
 

@@ -32,8 +32,6 @@ mesh A -> B    p2p / transfer    only the blocks a rank lacks / the local block
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Sequence
 
@@ -253,15 +251,6 @@ def for_move(p: Placement, q: Placement) -> Transition | None:
     """The transition that changes one mesh dim's placement from ``p`` to ``q`` (None: none does)."""
     return _BY_MOVE.get((kind(p), kind(q)))
 
-
-def _load_transition_kinds() -> None:
-    """Import every module of :mod:`.transition_kinds` (sorted by name): each registers itself."""
-    package = importlib.import_module(f"{__package__}.transition_kinds")
-    for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_")):
-        importlib.import_module(f"{package.__name__}.{module}")
-
-
-_load_transition_kinds()
 
 __all__ = ["Move", "P2P", "TRANSFER", "TRANSITIONS", "Transition", "for_move", "kind", "no_elements",
            "other_partial_ops", "reducible", "register_transition"]

@@ -17,8 +17,8 @@ Pure API::
     infer_forward("matmul", [DistSpec((4, 8), (2,), "[S(1)]"), DistSpec((8, 6), (2,), "[R]")])
 """
 from .notation import Notation, parse_notation  # noqa: F401
-from .registry import (REGISTRY, Rows, SpmdRule, View, get_spmd_rule, infer_backward,  # noqa: F401
-                       infer_forward, infer_grad, register_spmd_rule)
+from .lookup import get_spmd_rule, infer_backward, infer_forward, infer_grad  # noqa: F401
+from .registry import REGISTRY, Rows, SpmdRule, View, register_spmd_rule  # noqa: F401
 from .result import Reshard, RuleResult  # noqa: F401
 
 __all__ = ["Notation", "REGISTRY", "Reshard", "RuleResult", "Rows", "SpmdRule", "View", "get_spmd_rule",

@@ -18,7 +18,8 @@ import numpy as np
 
 from ..placements import DistSpec, Partial, Shard, format_placements
 from .opcases import CASES
-from .registry import get_spmd_rule, paddle_rules
+from .lookup import get_spmd_rule
+from .registry import paddle_rules
 from .validator import check_claim, dense_case
 
 

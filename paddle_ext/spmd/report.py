@@ -9,7 +9,8 @@ from ..placements import DistSpec, format_placements
 from ..simulated_ranks import assemble, shard_dense
 from .compare import CATEGORIES, classify, compare_op
 from .opcases import CASES
-from .registry import get_spmd_rule, paddle_rules
+from .lookup import get_spmd_rule
+from .registry import paddle_rules
 from .validator import check_instance
 
 

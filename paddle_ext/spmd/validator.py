@@ -32,7 +32,8 @@ from ..errors import ShardingRuleError
 from ..placements import REDUCE_OPS, DistSpec, Partial, Replicate, Shard, format_placements
 from ..simulated_ranks import AssembleError, assemble, shard_dense
 from .opcases import CASES, OpCase
-from .registry import get_spmd_rule, load_builtin_rules, paddle_rules
+from .lookup import get_spmd_rule, load_builtin_rules
+from .registry import paddle_rules
 from .result import with_shapes
 
 MESH = (2,)

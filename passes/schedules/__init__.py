@@ -17,15 +17,13 @@ paddle_ext.errors.ScheduleError: unknown schedule 'ZB-H3' (did you mean ZBH2, ZB
 """
 from __future__ import annotations
 
-import difflib
 import importlib
 import pkgutil
 from typing import Dict, Optional, Tuple
 
-from paddle_ext.errors import ScheduleError
 from ..schedule_ir import Schedule
 from ._checks import SizeRule
-from ._registry import Generator, ScheduleInfo, register_schedule, registered
+from ._registry import Generator, ScheduleInfo, lookup, register_schedule, registered
 
 SCHEDULES: Dict[str, ScheduleInfo] = {}
 _BY_LOWER_NAME: Dict[str, ScheduleInfo] = {}
@@ -39,13 +37,7 @@ def schedule_names() -> Tuple[str, ...]:
 def get_schedule_info(name: str) -> ScheduleInfo:
     """The :class:`ScheduleInfo` of ``name`` (case-insensitive, aliases accepted)."""
     info = _BY_LOWER_NAME.get(str(name).lower())
-    if info is None:
-        close = difflib.get_close_matches(str(name).lower(), list(_BY_LOWER_NAME), n=3, cutoff=0.6)
-        suggestions = list(dict.fromkeys(_BY_LOWER_NAME[c].name for c in close))
-        hint = f" (did you mean {', '.join(suggestions)}?)" if close else ""
-        known = ", ".join(i.name + (f" (alias {', '.join(i.aliases)})" if i.aliases else "") for i in SCHEDULES.values())
-        raise ScheduleError(f"unknown schedule {name!r}{hint}; known schedules: {known}; names are case-insensitive")
-    return info
+    return info if info is not None else lookup(name)   # lookup names the close names and the list
 
 
 def get_schedule_generator(name: str) -> Generator:

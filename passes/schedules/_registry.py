@@ -14,9 +14,11 @@ and the listing never depends on file names):
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Tuple
 
+from paddle_ext.errors import ScheduleError
 from ..schedule_ir import Schedule
 from ._checks import SizeRule
 
@@ -64,6 +66,21 @@ def register_schedule(*, name: str, placement: str, default_chunks: int, sizes: 
                                         order))
         return generate
     return decorate
+
+
+def lookup(name: str) -> ScheduleInfo:
+    """The registered :class:`ScheduleInfo` of ``name`` (case-insensitive, aliases accepted); an
+    unknown name is a :class:`~paddle_ext.errors.ScheduleError` with the close names and the list."""
+    infos = registered()
+    by_lower = {n.lower(): info for info in infos for n in (info.name,) + info.aliases}
+    info = by_lower.get(str(name).lower())
+    if info is None:
+        close = difflib.get_close_matches(str(name).lower(), list(by_lower), n=3, cutoff=0.6)
+        suggestions = list(dict.fromkeys(by_lower[c].name for c in close))
+        hint = f" (did you mean {', '.join(suggestions)}?)" if close else ""
+        known = ", ".join(i.name + (f" (alias {', '.join(i.aliases)})" if i.aliases else "") for i in infos)
+        raise ScheduleError(f"unknown schedule {name!r}{hint}; known schedules: {known}; names are case-insensitive")
+    return info
 
 
 def registered() -> Tuple[ScheduleInfo, ...]:

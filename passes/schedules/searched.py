@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 
 from paddle_ext.errors import ScheduleError
 from ..schedule_ir import Schedule
-from . import get_schedule_info
+from ._registry import lookup as get_schedule_info
 from .v_memory import v_half, v_memory_schedule, v_min, v_zb
 from .zb_auto import DEFAULT_COSTS, zb_auto
 

@@ -197,3 +197,20 @@ def test_compat_subpackages_are_layered(tmp_path):
     rep = check_layers.check(root, config=ROOT / "pyproject.toml")
     assert any(f.startswith("import-linter contract broken: inside compat: fixes/ may use ports/") for f in rep.failures), \
         rep.failures
+
+
+def test_string_imports_count_in_the_cycle_check(tmp_path):
+    # the registry loading its own rule families by name (as it once did) is a cycle: the rule
+    # modules import the registry; so is a plugin package loaded with an f-string of __package__
+    root = _copy_tree(tmp_path)
+    _append(root / "paddle_ext" / "spmd" / "registry.py",
+            '\n\ndef _load_rules():\n    importlib.import_module("paddle_ext.spmd_rules")\n')
+    _append(root / "paddle_ext" / "reshard" / "transitions.py",
+            '\n\ndef _load_kinds(importlib, name):\n    importlib.import_module(f"{__package__}.transition_kinds.{name}")\n')
+    # a string that only names a module (a feature name in a message) is not an import
+    _append(root / "paddle_ext" / "placements.py", '\n\n_FEATURE = "paddle_ext.errors"\n')
+    rep = check_layers.check(root, config=ROOT / "pyproject.toml", baseline=check_layers.load_baseline())
+    text = "\n".join(rep.failures)
+    assert "new import cycle between paddle_ext.spmd.registry, paddle_ext.spmd_rules" in text, text
+    assert "paddle_ext.reshard.transition_kinds.rescale, paddle_ext.reshard.transitions" in text, text
+    assert not any("paddle_ext.errors" in f and "paddle_ext.placements" in f for f in rep.failures), text

@@ -13,7 +13,7 @@ import paddle  # noqa: F401 - required: a broken install fails here, never skips
 import paddle_ext.spmd_rules  # noqa: F401  (registers the rule families)
 from paddle_ext.compat.ports.spmd import has_phi_rule
 from paddle_ext.placements import DistSpec, Partial, Replicate, Shard
-from paddle_ext.spmd.registry import get_spmd_rule
+from paddle_ext.spmd.lookup import get_spmd_rule
 from paddle_ext.spmd.validator import check_op
 from paddle_ext.spmd_rules.gaps import OWNED
 

@@ -14,7 +14,7 @@ import pytest
 from paddle_ext.compat.ports import spmd as spmd_compat
 from paddle_ext.errors import PaddleExtError, PlacementError, ShardingRuleError
 from paddle_ext.placements import DistSpec
-from paddle_ext.spmd.registry import get_spmd_rule
+from paddle_ext.spmd.lookup import get_spmd_rule
 from paddle_ext.spmd.validator import check_claim
 
 import paddle  # noqa: E402 - required: a broken install fails, never skips

@@ -5,7 +5,8 @@ import pytest
 from paddle_ext.errors import ShardingRuleError
 from paddle_ext.placements import DistSpec
 from paddle_ext.spmd import REGISTRY, Rows, get_spmd_rule, register_spmd_rule
-from paddle_ext.spmd.registry import Registry, load_builtin_rules
+from paddle_ext.spmd.lookup import load_builtin_rules
+from paddle_ext.spmd.registry import Registry
 
 
 @pytest.fixture
