@@ -1,7 +1,9 @@
 """Plan a user's own model end to end: load the factory, trace it, search, describe, emit (an adapter).
 
->>> # trace, result = plan_user_model("examples.plan_my_model:build", Profile.load("cpu4.json"), 4)
->>> # print(describe(trace, result)); emit_plan(trace, result.plans[0].candidate, "out/")
+Used as (a profile from ``paddle-ext profile``)::
+
+    trace, result = plan_user_model("examples.plan_my_model:build", Profile.load("cpu4.json"), 4)
+    print(describe(trace, result)); emit_plan(trace, result.plans[0].candidate, "out/")
 
 The search is :func:`paddle_ext.plan.search` on the traced description (:mod:`.trace_layer`),
 without sequence-parallel plans (:func:`.emit.expressible` says why). ``emit_plan`` writes
