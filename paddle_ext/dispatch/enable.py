@@ -69,22 +69,24 @@ def _user_op(name: str, rule) -> PaddleOp | None:
     """The :class:`PaddleOp` of a rule the user registered under a public Paddle function's name
     (None when no such function exists). Raises when the rule's parameter names are not the
     function's: the call could not be read."""
-    targets = tuple(t.format(name) for t in _FACES if _resolve(t.format(name)) is not None)
-    if not targets:
+    found = [(face.format(name), _resolve(face.format(name))) for face in _FACES]
+    found = [(target, where) for target, where in found if where is not None]
+    if not found:
         return None
+    targets = tuple(target for target, _ in found)
     tensors = tuple(p.name for p in rule.params if p.kind != "attr")
     attrs = tuple(p.name for p in rule.params if p.kind == "attr")
-    owner, attr = _resolve(targets[0])
+    owner, attr = found[0][1]
     try:
-        accepted = set(inspect.signature(getattr(owner, attr)).parameters)
+        signature = inspect.signature(getattr(owner, attr))
     except (TypeError, ValueError):
-        accepted = None
-    missing = [n for n in tensors + attrs if accepted is not None and n not in accepted]
+        signature = None
+    missing = [n for n in tensors + attrs if signature is not None and n not in signature.parameters]
     if missing:
         raise ShardingRuleError(
-            f"enable(): your SPMD rule {name!r} has parameter(s) {missing} that {targets[0]}"
-            f"{inspect.signature(getattr(owner, attr))} does not; name the rule's tensors and attributes "
-            f"as the function's arguments so each call can be read")
+            f"enable(): your SPMD rule {name!r} has parameter(s) {missing} that {targets[0]}{signature} "
+            f"does not; name the rule's tensors and attributes as the function's arguments so each call "
+            f"can be read")
 
     def read_attrs(arguments):
         return {n: arguments[n] for n in attrs if n in arguments}

@@ -23,7 +23,6 @@ from .backend import ReshardBackend
 from .layout import Geometry
 from .odd_exchange import Quiet
 from .planner import ReshardStep
-from . import transition_kinds  # noqa: F401 - registers every transition kind
 from .transitions import TRANSITIONS
 
 

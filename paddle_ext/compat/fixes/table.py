@@ -56,6 +56,11 @@ def _later(module: str, name: str) -> Callable:
     return call
 
 
+def _loaded_later(module: str) -> tuple[Callable, Callable]:
+    """``(needed, apply)`` of the fix in ``.<module>``, loaded on first use (see :func:`_later`)."""
+    return _later(module, "needed"), _later(module, "apply")
+
+
 TABLE: dict[str, Fix] = {
     f.name: f for f in (
         Fix("numpy-mesh-rank",
@@ -100,24 +105,20 @@ TABLE: dict[str, Fix] = {
         Fix("static-gloo-rings",
             "a dense static program on two rings or more, or with a reduce_scatter, runs its collectives on "
             "ring-aware gloo ops (Paddle's CPU kernels share the first communicator; reduce_scatter has none)",
-            _later("static_gloo_rings", "needed"), _later("static_gloo_rings", "apply"), via="install_rings"),
+            *_loaded_later("static_gloo_rings"), via="install_rings"),
         # install(static_engine=True): the static Engine's pipelines on CPU/gloo, any schedule
         Fix("static-pipeline-schedules",
             "pipeline_pass runs any registered pipeline_scheduler_<NAME> (pir_pass and engine bindings)",
-            _later("static_pipeline_schedules", "needed"), _later("static_pipeline_schedules", "apply"),
-            switch=STATIC_SWITCH),
+            *_loaded_later("static_pipeline_schedules"), switch=STATIC_SWITCH),
         Fix("static-gloo-collectives",
             "executed programs' collectives and send/recv run on ring-aware gloo ops (C++, built once)",
-            _later("static_gloo_collectives", "needed"), _later("static_gloo_collectives", "apply"),
-            switch=STATIC_SWITCH),
+            *_loaded_later("static_gloo_collectives"), switch=STATIC_SWITCH),
         Fix("static-engine-chunks",
             "Engine assigns chunk ids for paddle-ext's multi-chunk schedules; run() finds the loss job",
-            _later("static_engine_chunks", "needed"), _later("static_engine_chunks", "apply"),
-            switch=STATIC_SWITCH),
+            *_loaded_later("static_engine_chunks"), switch=STATIC_SWITCH),
         Fix("static-eager-param-reshard",
             "init_pir skips the eager reshard of parameters on ranks outside their meshes (CPU segfault)",
-            _later("static_eager_param_reshard", "needed"), _later("static_eager_param_reshard", "apply"),
-            switch=STATIC_SWITCH),
+            *_loaded_later("static_eager_param_reshard"), switch=STATIC_SWITCH),
         # opt-in: a registered device type, and LocalLayer gradients on the ranks inside the mesh too
         Fix("ranks-outside-mesh",
             "a rank outside a DistTensor's mesh runs its ops (registers a zero-device type 'no_device', visible "
