@@ -96,11 +96,25 @@ def _mesh_key(mesh):
 
 
 def _key(o, installed: bool, x, mesh, placements):
+    """The plan key: hashable, equal for equal requests in the same process state. The source
+    mesh is ``None`` when it has the target's ranks and shape (the common case, one C++ compare);
+    the source placements are the string Paddle caches on ``x``; the target ones are the placement
+    objects (Paddle's hash and compare by kind, dim, split factor and reduce type), cheaper than
+    their reprs. ``key[0]`` is ``installed``, ``key[7]`` whether no gradient is needed."""
     sm = x.process_mesh
-    backend = _backend(o.dist)
-    return (installed, tuple(sm.process_ids), tuple(sm.shape), tuple(map(repr, x.placements)),
-            _mesh_key(mesh), tuple(map(repr, placements)), tuple(x.shape),
-            x.dtype, x.stop_gradient or not o.grad_enabled(), backend, len(GROUPS))
+    return (installed, None if o.same_mesh(sm, mesh) else (tuple(sm.process_ids), tuple(sm.shape)),
+            o.placements_text(x), _mesh_key(mesh), tuple(placements), tuple(x.shape), o.dtype_code(x),
+            x.stop_gradient or not o.grad_enabled(), _backend(o.dist), len(GROUPS))
+
+
+def _lookup(o, installed: bool, x, mesh, placements):
+    """``(key, cached runner or None)``; ``(None, None)`` when ``x``/``mesh``/``placements`` are
+    not what a key is made of (the full path names what is wrong)."""
+    try:
+        key = _key(o, installed, x, mesh, placements)
+        return key, _CACHE.get(key)
+    except (AttributeError, TypeError):   # not a DistTensor / ProcessMesh, an unhashable placement
+        return None, None
 
 
 def reshard(x, mesh, placements, *, check: bool = True, stats: dict | None = None):
@@ -109,12 +123,10 @@ def reshard(x, mesh, placements, *, check: bool = True, stats: dict | None = Non
     if stats is not None or DEBUG[0]:
         return dygraph.reshard(x, mesh, placements, check=check or DEBUG[0], stats=stats)
     o = _ops()
-    try:
-        key = _key(o, False, x, mesh, placements)
-    except (AttributeError, TypeError):   # not a DistTensor / ProcessMesh: the full path names it
-        return dygraph.reshard(x, mesh, placements, check=check)
-    entry = _CACHE.get(key)
+    key, entry = _lookup(o, False, x, mesh, placements)
     if entry is None:
+        if key is None:
+            return dygraph.reshard(x, mesh, placements, check=check)
         entry = _build(o, key, x, mesh, placements)
     return entry(x, mesh, placements, check)
 
@@ -135,12 +147,10 @@ def installed(original, check: bool, x, mesh, placements):
         if sm.process_ids == mesh.process_ids and sm.shape == mesh.shape:
             note_no_parallel_env()
             return _original(o)(x, mesh, list(placements))
-    try:
-        key = _key(o, True, x, mesh, placements)
-    except (AttributeError, TypeError):
-        return dygraph.reshard(x, mesh, placements, check=check, installed=True)
-    entry = _CACHE.get(key)
+    key, entry = _lookup(o, True, x, mesh, placements)
     if entry is None:
+        if key is None:
+            return dygraph.reshard(x, mesh, placements, check=check, installed=True)
         if dist.get_rank() not in mesh.process_ids:
             watch_mesh(mesh)   # a first call: a target mesh without this rank gets the one-line hint
         entry = _build(o, key, x, mesh, placements)
@@ -188,7 +198,7 @@ def _build(o, key, x, mesh, placements):
     if kind != "ext":
         return _store(key, native)
     values = _runner(o, x, specs)
-    differentiable = not key[8]
+    differentiable = not key[7]
 
     def ext(x, mesh, placements, check):
         if check:

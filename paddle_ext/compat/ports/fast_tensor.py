@@ -11,6 +11,7 @@ place, global shape and placements.
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from types import SimpleNamespace
 
 from ..version import require_paddle
@@ -56,12 +57,18 @@ def _build():
 
     return SimpleNamespace(empty=empty, view=view, take=take, take_rows=take_rows, copy_into=copy_into,
                            dist_tensor=dist_tensor, local=paddle.Tensor._local_value, grad_enabled=core._has_grad,
-                           in_dygraph=paddle.in_dynamic_mode, dist=paddle.distributed, paddle=paddle)
+                           in_dygraph=paddle.in_dynamic_mode, dist=paddle.distributed, paddle=paddle,
+                           placements_text=attrgetter("_placements_str"), dtype_code=attrgetter("dtype.value"),
+                           same_mesh=core.ProcessMesh.__eq__)
 
 
 def ops() -> SimpleNamespace:
     """``empty(shape, dtype)``, ``view``/``take``/``take_rows(x, axis, start, stop)``, ``copy_into(x, out)``,
-    ``dist_tensor(local, dims, mesh, placements, even)``, ``local(x)`` (a DistTensor's local tensor), ``grad_enabled()``, ``in_dygraph()``, ``dist``, ``paddle`` (built once)."""
+    ``dist_tensor(local, dims, mesh, placements, even)``, ``local(x)`` (a DistTensor's local tensor),
+    ``placements_text(x)`` (the placements string Paddle caches on a DistTensor: equal strings, equal
+    placements), ``dtype_code(x)`` (an int per dtype; the dtype object's hash costs more),
+    ``same_mesh(a, b)`` (equal ranks and shape: the C++ compare, without ``ProcessMesh.__eq__``'s
+    Python lists), ``grad_enabled()``, ``in_dygraph()``, ``dist``, ``paddle`` (built once)."""
     if not _OPS:
         _OPS.append(_build())
     return _OPS[0]
