@@ -102,9 +102,12 @@ def _key(o, installed: bool, x, mesh, placements):
     objects (Paddle's hash and compare by kind, dim, split factor and reduce type), cheaper than
     their reprs. ``key[0]`` is ``installed``, ``key[7]`` whether no gradient is needed."""
     sm = x.process_mesh
+    known = _MESHES.get(id(mesh))   # _mesh_key's hit, inline (this runs on every call)
+    dist = o.dist
     return (installed, None if o.same_mesh(sm, mesh) else (tuple(sm.process_ids), tuple(sm.shape)),
-            o.placements_text(x), _mesh_key(mesh), tuple(placements), tuple(x.shape), o.dtype_code(x),
-            x.stop_gradient or not o.grad_enabled(), _backend(o.dist), len(GROUPS))
+            o.placements_text(x), known[1] if known is not None and known[0] is mesh else _mesh_key(mesh),
+            tuple(placements), tuple(x.shape), id(x.dtype) if o.dtype_by_id else o.dtype_code(x), x.stop_gradient or not o.grad_enabled(),
+            (dist.is_initialized() and _BACKEND.get(dist.get_backend)) or _backend(dist), len(GROUPS))
 
 
 def _lookup(o, installed: bool, x, mesh, placements):
@@ -172,15 +175,13 @@ def _original(o):
     return SAVED.get("dist") or o.dist.reshard
 
 
-def _to_paddle(x, mesh, placements, check):
-    return _original(_ops())(x, mesh, list(placements))
-
-
 def _build(o, key, x, mesh, placements):
     """The full path's decision for ``key`` (named errors raised, nothing cached then), cached."""
     kind, specs = route(o.paddle, x, mesh, placements, installed=key[0])
     if kind == "paddle":
-        return _store(key, _to_paddle)
+        original = _original(o)
+        return _store(key, lambda x, mesh, placements, check: original(
+            x, mesh, placements if placements.__class__ is list else list(placements)))
     if kind == "reshape":
         exact = reshape_placements(specs[0], specs[1])
         return _store(key, lambda x, mesh, placements, check: local_mesh_reshape(x, mesh, *exact))
@@ -188,12 +189,16 @@ def _build(o, key, x, mesh, placements):
     itemsize = x.element_size()
     checker = _Checker(o, x, specs)
 
+    original = _original(o)   # install()/uninstall empty the cache: a runner never outlives it
+    checks = kind == "native"
+
     def native(x, mesh, placements, check):
-        if check and kind == "native":
+        if check and checks:
             checker()
-        for listener in NATIVE_LISTENERS:
-            listener(src, dst, itemsize)
-        return _original(o)(x, mesh, list(placements))
+        if NATIVE_LISTENERS:
+            for listener in NATIVE_LISTENERS:
+                listener(src, dst, itemsize)
+        return original(x, mesh, placements if placements.__class__ is list else list(placements))
 
     if kind != "ext":
         return _store(key, native)

@@ -55,7 +55,11 @@ def _build():
         init(out, local, dims=list(dims), process_mesh=mesh, placements=placements, place=place)
         return out
 
-    return SimpleNamespace(empty=empty, view=view, take=take, take_rows=take_rows, copy_into=copy_into,
+    probe = paddle.zeros([1])
+    # one Python object per dtype (Paddle 3.x's dtypes are enum singletons): its id names the dtype
+    # and costs less than the object's hash; else the dtype's value
+    dtype_by_id = probe.dtype is paddle.float32 and paddle.ones([2]).dtype is probe.dtype
+    return SimpleNamespace(dtype_by_id=dtype_by_id, empty=empty, view=view, take=take, take_rows=take_rows, copy_into=copy_into,
                            dist_tensor=dist_tensor, local=paddle.Tensor._local_value, grad_enabled=core._has_grad,
                            in_dygraph=paddle.in_dynamic_mode, dist=paddle.distributed, paddle=paddle,
                            placements_text=attrgetter("_placements_str"), dtype_code=attrgetter("dtype.value"),
@@ -66,7 +70,8 @@ def ops() -> SimpleNamespace:
     """``empty(shape, dtype)``, ``view``/``take``/``take_rows(x, axis, start, stop)``, ``copy_into(x, out)``,
     ``dist_tensor(local, dims, mesh, placements, even)``, ``local(x)`` (a DistTensor's local tensor),
     ``placements_text(x)`` (the placements string Paddle caches on a DistTensor: equal strings, equal
-    placements), ``dtype_code(x)`` (an int per dtype; the dtype object's hash costs more),
+    placements), ``dtype_code(x)`` (an int per dtype; the dtype object's hash costs more), ``dtype_by_id`` (True
+    when ``id(x.dtype)`` names the dtype: one object per dtype),
     ``same_mesh(a, b)`` (equal ranks and shape: the C++ compare, without ``ProcessMesh.__eq__``'s
     Python lists), ``grad_enabled()``, ``in_dygraph()``, ``dist``, ``paddle`` (built once)."""
     if not _OPS:
