@@ -58,6 +58,50 @@ def predicted(mode: str, schedule: str, meshes, pp: int, m: int, chunks: int, pr
                            stage_costs=per_stage).makespan
 
 
+def interleaved_rank(cfgs, steps: int):
+    """On one rank: every config's ``dist.to_static`` model built first, then ``steps`` rounds of
+    one step of each in turn, each after a barrier (a load burst hits every schedule alike, as
+    the other benches interleave); per config the step seconds, or ``{"error": ...}``."""
+    import time
+
+    import paddle.distributed as dist
+    import paddle_ext
+    import static_ranks as sr
+    from paddle_ext.passes.static.passes import install_static
+
+    dist.init_parallel_env()
+    paddle_ext.install()
+    install_static()
+    models, out = [], []
+    for cfg in cfgs:
+        try:
+            net, opt, loader, loss_fn, strategy = sr._build(cfg)
+            dist.barrier()
+            dm = dist.to_static(net, loader, loss_fn, opt, strategy=strategy)
+            dm.train()
+            batches = [b for _, b in zip(range(steps), loader())]
+            models.append((dm, batches))
+            out.append({"step_seconds": []})
+        except Exception as exc:  # noqa: BLE001 - the failure is the measurement
+            models.append(None)
+            out.append({"error": f"{type(exc).__name__}: {exc}"[:2000]})
+    for step in range(steps):
+        for (entry, result) in zip(models, out):
+            if entry is None or "error" in result:
+                continue
+            dm, batches = entry
+            x, y = batches[step % len(batches)]
+            dist.barrier()
+            start = time.perf_counter()
+            try:
+                dm(x, y)
+            except Exception as exc:  # noqa: BLE001
+                result["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+                continue
+            result["step_seconds"].append(time.perf_counter() - start)
+    return out
+
+
 def measure(args) -> dict:
     """``{schedule_mode: seconds or error text}``: the fastest of ``args.rounds`` launches."""
     import static_ranks as sr
@@ -67,8 +111,14 @@ def measure(args) -> dict:
              "vpp": chunks, "hidden": args.hidden, "batch": 4 * args.acc} for mode, _, meshes, chunks in PLANS]
     best: dict = {}
     for _ in range(args.rounds):
-        results = run_ranks(sr.train_many, nproc=2, args=(cfgs,), timeout=600, pin_cpus=True,
-                            log_dir=tempfile.mkdtemp(prefix="bench_static_"))
+        if args.interleave:
+            import bench_static as me  # importable by module name in the ranks
+
+            results = run_ranks(me.interleaved_rank, nproc=2, args=(cfgs, args.steps), timeout=900,
+                                pin_cpus=True, log_dir=tempfile.mkdtemp(prefix="bench_static_"))
+        else:
+            results = run_ranks(sr.train_many, nproc=2, args=(cfgs,), timeout=600, pin_cpus=True,
+                                log_dir=tempfile.mkdtemp(prefix="bench_static_"))
         for i, (mode, _, _, _) in enumerate(PLANS):
             per_rank = [r[i] for r in results]
             errors = [r["error"] for r in per_rank if "error" in r]
@@ -87,6 +137,8 @@ def main(argv=None) -> int:
     parser.add_argument("--acc", type=int, default=8, help="micro-batches per step")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=1, help="launches; each schedule keeps its fastest")
+    parser.add_argument("--interleave", action="store_true",
+                        help="build every schedule's model first, then step them in turn (one step each per round)")
     parser.add_argument("--unit", action="store_true", help="predict with unit costs, without a profile")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = parser.parse_args(argv)
@@ -104,7 +156,7 @@ def main(argv=None) -> int:
             for mode, schedule, meshes, chunks in PLANS]
     base_t, base_p = rows[0][1], rows[0][2]
     header = (f"2 ranks, 4-block MLP hidden {args.hidden}, {args.acc} micro-batches, median of steps 2..{args.steps}, "
-              f"fastest of {args.rounds} round(s); simulated with {'unit' if profile is None else 'profiled'} costs")
+              f"fastest of {args.rounds} round(s){', schedules interleaved step by step' if args.interleave else ''}; simulated with {'unit' if profile is None else 'profiled'} costs")
     if args.markdown:
         print(f"{header}\n\n| schedule_mode | step (ms) | measured / FThenB | simulated / FThenB |\n|---|---|---|---|")
     else:
