@@ -108,6 +108,10 @@ void AllToAllOnGloo(const phi::CPUContext& dev_ctx, const phi::DenseTensor& x, p
 // header (ndim, dims; at most kMaxDims) sent before the bytes, whatever `dynamic_shape` says:
 // both ends are these functions. The bytes travel as uint8, so every dtype goes the same way.
 constexpr int kMaxDims = 9;
+// Gloo matches a recv to a send by (peer, slot = tag); Paddle's own traffic on a communicator uses
+// tag 0. Ours travels on a slot of its own, so a header or body of ours is never taken for (or
+// by) another message on the same pair, and stays in order among ours.
+constexpr uint32_t kP2PTag = 0x70655032;  // "peP2"
 
 phi::distributed::GlooCommContext* P2PComm(const phi::CPUContext& dev_ctx, int peer, const char* what) {
   auto* comm = static_cast<phi::distributed::GlooCommContext*>(dev_ctx.GetCommContext());
@@ -134,12 +138,12 @@ void SendOnGloo(const phi::CPUContext& dev_ctx, const phi::DenseTensor& x, int p
   auto* h = static_cast<int64_t*>(dev_ctx.Alloc(&header, phi::DataType::INT64));
   h[0] = x.dims().size();
   for (int i = 0; i < x.dims().size(); ++i) h[i + 1] = x.dims()[i];
-  comm->Send(header, peer, 0);
+  comm->Send(header, peer, kP2PTag);
   int64_t nbytes = x.numel() * static_cast<int64_t>(phi::SizeOf(x.dtype()));
   if (nbytes > 0) {
     phi::DenseTensor bytes = Bytes(dev_ctx, nbytes);
     std::memcpy(bytes.data(), x.data(), nbytes);
-    comm->Send(bytes, peer, 0);
+    comm->Send(bytes, peer, kP2PTag);
   }
   g_calls.fetch_add(1);
 }
@@ -151,7 +155,7 @@ void RecvOnGloo(const phi::CPUContext& dev_ctx, int peer, phi::DataType dtype, c
   phi::DenseTensor header;
   header.Resize(common::make_ddim({kMaxDims + 1}));
   auto* h = static_cast<int64_t*>(dev_ctx.Alloc(&header, phi::DataType::INT64));
-  comm->Recv(&header, peer, 0);
+  comm->Recv(&header, peer, kP2PTag);
   PD_CHECK(h[0] >= 0 && h[0] <= kMaxDims, "paddle-ext cpu recv: a header of ", h[0], " dims from rank ", peer);
   std::vector<int64_t> dims(h + 1, h + 1 + h[0]);
   out->Resize(common::make_ddim(dims));
@@ -159,7 +163,7 @@ void RecvOnGloo(const phi::CPUContext& dev_ctx, int peer, phi::DataType dtype, c
   int64_t nbytes = out->numel() * static_cast<int64_t>(phi::SizeOf(dtype));
   if (nbytes > 0) {
     phi::DenseTensor bytes = Bytes(dev_ctx, nbytes);
-    comm->Recv(&bytes, peer, 0);
+    comm->Recv(&bytes, peer, kP2PTag);
     std::memcpy(dst, bytes.data(), nbytes);
   }
   g_calls.fetch_add(1);

@@ -241,7 +241,7 @@ def test_config_from_the_model_description_is_the_traces(trace):
 
 
 @pytest.mark.parametrize("text, why", [("tp4", ""), ("zero2d2-tp2", ""), ("pp4:1F1B:m1", ""),
-                                       ("pp2-dp2:1F1B:m1", "stage-boundary reshard"),
+                                       ("pp2-dp2:1F1B:m1", ""), ("pp2-zero1d2:1F1B:m1", "pipeline with ZeRO"),
                                        ("pp2-tp2:1F1B:m4", "pipelines by annotation only")])
 def test_run_runs_what_parallelize_expresses(text, why):
     from paddle_ext.plan.user_runner import runnable
