@@ -195,6 +195,7 @@ def reordered(tmp_path_factory):
     return {m: sr.run_mode(m, list(reversed(_batched(NAMES))), root / m) for m in sr.MODES}
 
 
+@pytest.mark.long_tail   # one more launch series per mode (about 37 s in all): README's long tail
 @pytest.mark.parametrize("mode", sr.MODES)
 def test_sharing_a_launch_changes_no_result(outcomes, reordered, mode):
     """Scenario isolation: each batched scenario gives the same outcome (the same error) and

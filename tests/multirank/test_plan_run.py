@@ -24,7 +24,7 @@ def test_run_two_plans_fills_the_measured_fields(tmp_path):
     profile = tmp_path / "profile.json"
     profile.write_text(json.dumps(PROFILE))
     proc = subprocess.run([sys.executable, "-m", "paddle_ext", "plan", "--model", "demo", "--nproc", "2",
-                           "--profile", str(profile), "--run", "2", "--steps", "4", "--json",
+                           "--profile", str(profile), "--run", "2", "--steps", "4", "--repeat", "1", "--json",
                            "--out", str(tmp_path / "out"), "--timeout", "300"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
