@@ -46,6 +46,17 @@ class Fix:
         self._saved = []
 
 
+def always_needed(what: str) -> Callable[[], bool]:
+    """``needed()`` of a fix that adds paddle-ext behaviour rather than filling a Paddle gap: true
+    on every supported Paddle (an unsupported one is refused by name, with ``what`` it was for)."""
+    def needed() -> bool:
+        from .version import require_paddle
+
+        require_paddle(what)
+        return True
+    return needed
+
+
 def apply_fixes(fixes: dict) -> list[str]:
     """Apply every fix of ``fixes`` this Paddle needs (idempotent); returns the names in effect."""
     for fix in fixes.values():

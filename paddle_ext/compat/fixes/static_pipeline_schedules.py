@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import importlib
 
+from ..fix import always_needed
 from ..ports.static_engine import ENGINE_MODULE, PIR_PASS_MODULE, pipeline_pass
-from ..version import require_paddle
 
 
-def needed() -> bool:
-    require_paddle("static pipeline schedules")
-    return True
+needed = always_needed("static pipeline schedules")
 
 
 def apply():
