@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .version import require_paddle
+
 
 @dataclass
 class Fix:
@@ -50,8 +52,6 @@ def always_needed(what: str) -> Callable[[], bool]:
     """``needed()`` of a fix that adds paddle-ext behaviour rather than filling a Paddle gap: true
     on every supported Paddle (an unsupported one is refused by name, with ``what`` it was for)."""
     def needed() -> bool:
-        from .version import require_paddle
-
         require_paddle(what)
         return True
     return needed
