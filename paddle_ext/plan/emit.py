@@ -152,11 +152,16 @@ _PARALLELIZE = '''    model, optimizer = apply_plan(model, optimizer, PLAN)   # 
     last = mesh.get_mesh_with_dim("pp", mesh.get_dim_size("pp") - 1) if "pp" in mesh.dim_names else mesh
     inputs = dist.shard_tensor(inputs, first, [dist.Shard(0), dist.Replicate()])   # the batch over dp
     labels = dist.shard_tensor(labels, last, [dist.Shard(0), dist.Replicate()])
+    losses = []   # on the ranks that hold the loss (the last pipeline stage's)
     for step in range(steps):
         loss = loss_fn(model(inputs), labels)
         loss.backward()
         optimizer.step()
         optimizer.clear_grad()
+        if dist.get_rank() in loss.process_mesh.process_ids:
+            losses.append(float(loss))
+            print(f"step {step}: loss {losses[-1]:.6f}")
+    return losses
 
 
 if __name__ == "__main__":

@@ -142,3 +142,32 @@ def test_emitted_plan_applied_by_a_fresh_script_equals_dense(planned, which, tmp
     assert seen == set(dense_grads), f"parameters no rank held: {set(dense_grads) - seen}"
     if plan.pp > 1:   # the loss lives on the last stage only
         assert [r["losses"][0] is not None for r in results] == [False] * (4 - 4 // plan.pp) + [True] * (4 // plan.pp)
+
+
+def test_the_emitted_script_trains_with_the_losses_of_plan_run(planned, tmp_path, monkeypatch):
+    """``--emit``'s own ``apply_plan.py`` (Paddle and ``apply_plan`` only, no ``install()``), run on
+    the plan's ranks, gives the losses ``plan --run`` measured for the same plan (its rank
+    function, ``user_runner.train_rank``: AdamW at the same rate, the same factory batch)."""
+    import json
+
+    from paddle_ext.plan.user_runner import train_rank
+
+    trace, result = planned
+    plan = _chosen(result)
+    plan_json, script = emit_plan(trace, plan, tmp_path / "emit")
+    assert _imports(script.read_text()) == {"paddle", "paddle.distributed", "paddle_ext.apply_plan",
+                                            "examples.plan_my_model.build"}
+    monkeypatch.syspath_prepend(str(tmp_path / "emit"))
+    monkeypatch.syspath_prepend(str(ROOT))
+    import apply_plan as emitted
+
+    world = plan.pp * plan.dp * plan.tp
+    got = run_ranks(emitted.train, nproc=world, args=(3,), timeout=300, log_dir=tmp_path / "emitted")
+    ran = run_ranks(train_rank, nproc=world, args=("examples.plan_my_model:build", json.loads(plan_json.read_text()), 3),
+                    timeout=300, log_dir=tmp_path / "run")
+    run_losses = next(r["losses"] for r in ran if r["losses"][0] is not None)
+    holders = [losses for losses in got if losses]
+    assert holders, f"{plan.name}: no rank of the emitted script held the loss"
+    for losses in holders:
+        np.testing.assert_allclose(losses, run_losses, rtol=1e-6, err_msg=plan.name)
+    assert run_losses[2] < run_losses[0]   # it trains
