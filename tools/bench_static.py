@@ -149,8 +149,8 @@ def main(argv=None) -> int:
 
         profile = run_profile(args.hidden, args.acc)
         blocks = ", ".join(f"{b}: " + "/".join(f"{x:.3f}" for x in fiw) for b, fiw in sorted(profile["blocks"].items()))
-        print(f"profile (ms): job {profile['job']:.3f}, send {profile['message']:.3f}, latency {profile['latency']:.3f}, "
-              f"F/I/W per block {blocks}")
+        print(f"profile (ms): job {profile['job']:.3f}, send {profile['message']:.3f}, latency {profile['latency']:.3f} "
+              f"(mean hand-off; median {profile['latency_median']:.3f} when the receive waits), F/I/W/B per block {blocks}")
     times = measure(args)
     rows = [(mode, times[mode], predicted(mode, schedule, meshes, 2, args.acc, chunks, profile))
             for mode, schedule, meshes, chunks in PLANS]

@@ -1,19 +1,26 @@
 """Profile the static Engine's jobs: what ``tools/bench_static.py`` gives the simulator.
 
-One 2-rank launch trains the benchmark's MLP under ZBV with one job per action (no merge), with
-``paddle.profiler`` on for the last steps. Paddle's executor records one event per job
+One 2-rank launch trains the benchmark's MLP with one job per action (no merge) under two
+schedules in turn, ``paddle.profiler`` on for the steps after the second: ZBV (backward split
+into I and W; layer meshes [0, 1, 1, 0]) and paddle-ext's VPP (``IR_VPP``, full backward; layer
+meshes [0, 1, 0, 1]); both run one block per stage. Paddle's executor records one event per job
 (``<job type>-<micro-batch>``) and one per op, so for every job: its time, the time of the ops
 inside it, and the rest, the executor's fixed cost of a job. From them:
 
-* ``job``: the median of (job time - its ops' time) over the compute jobs;
+* ``job``: the median of (job time - its ops' time) over ZBV's compute jobs;
 * ``message``: the median time of a gloo send op (a receive's own work is as long; its wait is
   the simulator's business);
-* ``latency``: the median time from a send op's start to the end of its receive on the other
-  rank, over the messages whose receive was posted first (the profiler's clock is the
-  machine's, so the two ranks' events compare);
-* per block (ZBV runs one block per stage): the mean ``F``, ``I`` and ``W`` job times less
-  ``job`` (the mean, not the median: the times are skewed, a few jobs run much longer on a
-  shared core, and the step pays for them all). A schedule's stage costs are the sums over its blocks (:func:`stage_costs`).
+* ``latency``: the mean time from the later of a message's send and receive ops starting to the
+  end of its receive, over ZBV's messages (the two ranks' n-th send and receive on one direction
+  are one message; the profiler's clock is the machine's, so the two ranks' events compare).
+  The mean, not the median: the hand-off runs on paddle-ext's send thread and gloo's I/O thread,
+  which share the sender's core with its compute, and waits for them (up to a scheduler slice)
+  are a long tail the step pays in full; ``latency_median`` is the fast case alone;
+* per block: the mean ``F``, ``I`` and ``W`` job times of ZBV and the mean full backward ``B``
+  of IR_VPP, each less ``job`` (the mean, not the median: the times are skewed, a few jobs run
+  much longer on a shared core, and the step pays for them all). A schedule's stage costs are
+  the sums over its blocks (:func:`stage_costs`); a schedule without the split runs ``B``, which
+  is not ``I + W`` (two matmuls in one ``matmul_grad`` op, no deferred gradient kept alive).
 
     python tools/static_profile.py [--hidden 1024] [--acc 8]     # prints the figures as JSON
 """
@@ -32,15 +39,17 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "multirank"))
 
-#: ZBV on 2 ranks: (rank, chunk) -> the block that stage runs (layer meshes [0, 1, 1, 0])
-V_BLOCK = {(0, 0): 0, (1, 0): 1, (1, 1): 2, (0, 1): 3}
+#: the profiled schedules on 2 ranks: (rank, chunk) -> the block that stage runs
+V_BLOCK = {(0, 0): 0, (1, 0): 1, (1, 1): 2, (0, 1): 3}  # ZBV, layer meshes [0, 1, 1, 0]
+LOOP_BLOCK = {(0, 0): 0, (1, 0): 1, (0, 1): 2, (1, 1): 3}  # IR_VPP, layer meshes [0, 1, 0, 1]
 _JOB = re.compile(r"^([a-z_]+?)(\d+)-(\d+)\[")
 _OP = re.compile(r"^(pd_op|custom_op)\.[a-z_0-9]+\[")
 
 
-def profile_rank(cfg: dict, out_dir: str) -> dict:
-    """Rank function: train ``cfg`` with one job per action, profile the steps after the second,
-    write this rank's Chrome trace to ``out_dir``; returns its path and the step times."""
+def profile_rank(cfgs, out_dir: str) -> list:
+    """Rank function: train each of ``cfgs`` in turn with one job per action, profile its steps
+    after the second, write this rank's Chrome trace to ``out_dir``; per config its path and
+    the step times."""
     import paddle.distributed as dist
     import paddle.profiler as profiler
 
@@ -52,24 +61,28 @@ def profile_rank(cfg: dict, out_dir: str) -> dict:
     paddle_ext.install()
     static_passes.install_static()
     static_passes.MERGE_JOBS = False
-    net, opt, loader, loss_fn, strategy = sr._build(cfg)
-    dist.barrier()
-    dm = dist.to_static(net, loader, loss_fn, opt, strategy=strategy)
-    dm.train()
-    prof, times = None, []
-    for step, (x, y) in enumerate(loader()):
-        if step >= cfg["steps"]:
-            break
-        if step == 2:
-            prof = profiler.Profiler(targets=[profiler.ProfilerTarget.CPU])
-            prof.start()
-        start = time.perf_counter()
-        dm(x, y)
-        times.append(time.perf_counter() - start)
-    prof.stop()
-    path = os.path.join(out_dir, f"trace{dist.get_rank()}.json")
-    prof.export(path, format="json")
-    return {"trace": path, "step_seconds": times}
+    out = []
+    for cfg in cfgs:
+        net, opt, loader, loss_fn, strategy = sr._build(cfg)
+        dist.barrier()
+        dm = dist.to_static(net, loader, loss_fn, opt, strategy=strategy)
+        dm.train()
+        prof, times = None, []
+        for step, (x, y) in enumerate(loader()):
+            if step >= cfg["steps"]:
+                break
+            if step == 2:
+                prof = profiler.Profiler(targets=[profiler.ProfilerTarget.CPU])
+                prof.start()
+            dist.barrier()
+            start = time.perf_counter()
+            dm(x, y)
+            times.append(time.perf_counter() - start)
+        prof.stop()
+        path = os.path.join(out_dir, f"trace_{cfg['schedule']}_{dist.get_rank()}.json")
+        prof.export(path, format="json")
+        out.append({"trace": path, "step_seconds": times})
+    return out
 
 
 def job_times(trace_path: str) -> dict:
@@ -79,7 +92,9 @@ def job_times(trace_path: str) -> dict:
     events = [e for e in (data["traceEvents"] if isinstance(data, dict) else data) if e.get("ph") == "X"]
     ops = sorted((e for e in events if _OP.match(e["name"])), key=lambda e: e["ts"])
     starts = [o["ts"] for o in ops]
-    out: dict = {"send": [o["dur"] for o in ops if "gloo_send" in o["name"]], "messages": {}}
+    out: dict = {"send": [o["dur"] for o in ops if "gloo_send" in o["name"]], "messages": {},
+                 "gloo_send": [(o["ts"], o["ts"] + o["dur"]) for o in ops if "gloo_send" in o["name"]],
+                 "gloo_recv": [(o["ts"], o["ts"] + o["dur"]) for o in ops if "gloo_recv" in o["name"]]}
     for e in sorted(events, key=lambda e: e["ts"]):
         found = _JOB.match(e["name"])
         if not found:
@@ -107,27 +122,48 @@ def latencies(traces) -> list:
     return out
 
 
-def costs_from(traces) -> dict:
-    """The figures (module doc) in milliseconds from the two ranks' :func:`job_times`."""
+def handoffs(traces) -> list:
+    """Per message, the time (us) from the later of its send and receive ops starting to the end
+    of its receive: the two ranks' n-th gloo send and receive on one direction are one message
+    (one ring per pair of ranks, sends drained in order)."""
+    out = []
+    for a, b in ((0, 1), (1, 0)):
+        out += [r_end - max(r_start, s_start)
+                for (s_start, _), (r_start, r_end) in zip(traces[a]["gloo_send"], traces[b]["gloo_recv"])]
+    return out
+
+
+def costs_from(traces, full_traces=None) -> dict:
+    """The figures (module doc) in milliseconds from the two ranks' :func:`job_times` under ZBV
+    (``traces``) and under IR_VPP (``full_traces``: each block's full backward ``B``; without
+    them a block's ``B`` is its ``I + W``)."""
     compute = ("forward", "backward_b", "backward_w")
     over = [job - ops for t in traces for key, v in t.items() if isinstance(key, tuple) and key[0] in compute
             for job, ops in v]
     job = statistics.median(over) / 1000
+
+    def mean_job(t, kind, chunk):
+        return max(0.0, statistics.mean(j for j, _ in t.get((kind, chunk), [(0.0, 0.0)])) / 1000 - job)
+
     blocks = {}
     for rank, t in enumerate(traces):
         for chunk in (0, 1):
-            fig = [statistics.mean(j for j, _ in t.get((kind, chunk), [(0.0, 0.0)])) / 1000 - job
-                   for kind in compute]
-            blocks[V_BLOCK[(rank, chunk)]] = [max(0.0, x) for x in fig]
+            fig = [mean_job(t, kind, chunk) for kind in compute]
+            blocks[V_BLOCK[(rank, chunk)]] = fig + [fig[1] + fig[2]]
+    for rank, t in enumerate(full_traces or ()):
+        for chunk in (0, 1):
+            blocks[LOOP_BLOCK[(rank, chunk)]][3] = mean_job(t, "backward", chunk)
     sends = [d for t in traces for d in t["send"]]
-    waits = latencies(traces)
+    waits, first = handoffs(traces), latencies(traces)
     return {"job": job, "message": statistics.median(sends) / 1000 if sends else 0.0,
-            "latency": statistics.median(waits) / 1000 if waits else 0.0, "blocks": blocks}
+            "latency": statistics.mean(waits) / 1000 if waits else 0.0,
+            "latency_median": statistics.median(first) / 1000 if first else 0.0, "blocks": blocks}
 
 
 def stage_costs(blocks: dict, layer_meshes, chunks: int) -> dict:
     """Per pipeline stage of a plan (its blocks ``layer_meshes`` and ``chunks`` per rank), the
-    ``(F, I, W)`` sums of its blocks' costs, as the simulator's stage numbering has them."""
+    ``(F, I, W, B)`` sums of its blocks' costs (``B`` = ``I + W`` for a block profiled without
+    it), as the simulator's stage numbering has them; ``Costs(*stage)`` is the stage's cost."""
     from paddle_ext.passes.stage_placement import stage_to_rank
 
     n_ranks = max(layer_meshes) + 1
@@ -139,20 +175,23 @@ def stage_costs(blocks: dict, layer_meshes, chunks: int) -> dict:
         picked = list(range(s * per_stage, (s + 1) * per_stage))
         if any(layer_meshes[b] != stage_to_rank(s, n_ranks, placement) for b in picked):
             raise ValueError(f"layer meshes {layer_meshes} do not put stage {s}'s blocks on its rank")
-        out[s] = tuple(sum(blocks[b][k] for b in picked) for k in range(3))
+        full = [list(blocks[b]) + [blocks[b][1] + blocks[b][2]] * (len(blocks[b]) < 4) for b in picked]
+        out[s] = tuple(sum(fig[k] for fig in full) for k in range(4))
     return out
 
 
 def profile(hidden: int, acc: int, steps: int = 6, timeout: int = 600) -> dict:
     """Launch the profile (module doc) and return :func:`costs_from`'s figures."""
+    import static_profile as me  # importable by module name in the ranks
     from paddle_ext.launcher import run_ranks
 
     out_dir = tempfile.mkdtemp(prefix="static_profile_")
-    cfg = {"schedule": "ZBV", "layer_meshes": [0, 1, 1, 0], "acc": acc, "steps": steps, "vpp": 2,
-           "hidden": hidden, "batch": 4 * acc}
-    results = run_ranks(profile_rank, nproc=2, args=(cfg, out_dir), timeout=timeout, pin_cpus=True,
+    common = {"acc": acc, "steps": steps, "vpp": 2, "hidden": hidden, "batch": 4 * acc}
+    cfgs = [dict(common, schedule="ZBV", layer_meshes=[0, 1, 1, 0]),
+            dict(common, schedule="IR_VPP", layer_meshes=[0, 1, 0, 1])]
+    results = run_ranks(me.profile_rank, nproc=2, args=(cfgs, out_dir), timeout=timeout, pin_cpus=True,
                         log_dir=os.path.join(out_dir, "logs"))
-    return costs_from([job_times(r["trace"]) for r in results])
+    return costs_from([job_times(r[0]["trace"]) for r in results], [job_times(r[1]["trace"]) for r in results])
 
 
 def main(argv=None) -> int:

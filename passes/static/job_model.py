@@ -7,7 +7,10 @@ that: the schedule lowered with :func:`~paddle_ext.passes.lowering.add_send_recv
 sends, blocking receives, and before each action the time the runtime spends on it besides the
 compute (:class:`StaticCosts`): ``job`` once per job (an action that starts a job, merged or
 not) and ``message`` per send or receive. Paddle's own passes (FThenB, 1F1B, VPP) run sends
-and receives inside their forward and backward jobs: ``paddle_pass=True`` times them that way.
+and receives inside their forward and backward jobs, each receive right before its compute and
+each send right after it, except that Paddle's VPP runs a backward's ``send_backward`` job after
+the next forward's ``recv_forward`` job: ``paddle_pass=True`` times them that way
+(:func:`paddle_job_order`).
 
 The figures come from a profile of the real Engine (``tools/bench_static.py --profile``: the
 executor's per-job events under ``paddle.profiler``), so the simulated ratios between schedules
@@ -34,7 +37,7 @@ from paddle_ext.passes.stage_placement import stages_on_rank
 from paddle_ext.passes.static.jobs import JOB_OF_KIND, rank_schedule, uses_split
 from paddle_ext.passes.static.merge import alone_types, groups
 
-__all__ = ["StaticCosts", "simulate_static", "action_jobs"]
+__all__ = ["StaticCosts", "simulate_static", "action_jobs", "paddle_job_order"]
 
 COMM = (Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B)
 
@@ -86,14 +89,49 @@ def action_jobs(name: str, lowered, rank: int, n_chunks: int, split: bool) -> Li
     return out
 
 
+def paddle_job_order(actions, defer_send_backward: bool = False) -> list:
+    """One rank's lowered ``actions`` in the order Paddle's own passes run them: each compute
+    after its receive and before its send; with ``defer_send_backward`` (Paddle's VPP) a
+    backward's send waits until the next forward's receive has run (or the next backward starts).
+
+    >>> from paddle_ext.passes.schedule_ir import Action
+    >>> acts = [Action(1, Kind.RECV_F, 1), Action(1, Kind.B, 0), Action(1, Kind.SEND_B, 0), Action(1, Kind.F, 1)]
+    >>> [str(a) for a in paddle_job_order(acts, defer_send_backward=True)]
+    ['1B0', '1RECV_F1', '1SEND_B0', '1F1']
+    """
+    comm = {(a.stage, a.kind, a.microbatch): a for a in actions if a is not None and a.kind in COMM}
+    out, pending = [], []
+    for a in actions:
+        if a is None or a.kind in COMM:
+            continue
+        forward = a.kind is Kind.F
+        recv = comm.get((a.stage, Kind.RECV_F if forward else Kind.RECV_B, a.microbatch))
+        send = comm.get((a.stage, Kind.SEND_F if forward else Kind.SEND_B, a.microbatch))
+        if forward:
+            out += ([recv] if recv else []) + pending
+        else:
+            out += pending + ([recv] if recv else [])
+        pending = []
+        out.append(a)
+        if send is not None and not forward and defer_send_backward:
+            pending = [send]
+        elif send is not None:
+            out.append(send)
+    out += pending
+    if len(out) != sum(a is not None for a in actions):
+        raise ScheduleError("paddle_job_order: the lowered schedule has a message without its compute on this rank")
+    return out
+
+
 def _extra(name: str, lowered, rank: int, n_chunks: int, split: bool, costs: StaticCosts, merge: bool,
            paddle_pass: bool) -> List[float]:
     per_action = action_jobs(name, lowered, rank, n_chunks, split)
     actions = [a for a in lowered[rank] if a is not None]
     flat = [(t, a.microbatch, i) for i, (types, a) in enumerate(zip(per_action, actions)) for t in types]
     extra = [costs.message if a.kind in COMM else 0.0 for a in actions]
-    if paddle_pass:  # one job per compute action; messages run inside it
-        starts = [i for i, a in enumerate(actions) if a.kind not in COMM for _ in per_action[i]]
+    if paddle_pass:  # one job per compute action; messages inside it (VPP: recv_forward, send_backward alone)
+        alone = (Kind.RECV_F, Kind.SEND_B) if name == "VPP" else ()
+        starts = [i for i, a in enumerate(actions) if a.kind not in COMM or a.kind in alone for _ in per_action[i]]
     elif merge:
         placement = get_schedule_info(name).placement
         found = groups([(t, mb) for t, mb, _ in flat], alone_types(rank, len(lowered), n_chunks, placement))
@@ -113,6 +151,8 @@ def simulate_static(name: str, pp_degree: int, n_microbatches: int, n_chunks: Op
     for Paddle's own FThenB/1F1B/VPP passes. ``stage_costs`` overrides the compute per stage."""
     info, lowered, chunks = rank_schedule(name, pp_degree, n_microbatches, n_chunks)
     split = uses_split(lowered)
+    if paddle_pass:
+        lowered = {r: paddle_job_order(acts, defer_send_backward=info.name == "VPP") for r, acts in lowered.items()}
     extra: Dict[int, List[float]] = {r: _extra(info.name, lowered, r, chunks, split, costs, merge, paddle_pass)
                                      for r in lowered}
     return simulate_schedule(lowered, costs.compute(), comm_latency=costs.latency, blocking_sends=False,
