@@ -106,18 +106,20 @@ def measure(args) -> dict:
     """``{schedule_mode: seconds or error text}``: the fastest of ``args.rounds`` launches."""
     import static_ranks as sr
     from paddle_ext.launcher import run_ranks
+    from static_profile import MALLOC_ENV
 
     cfgs = [{"schedule": mode, "layer_meshes": meshes, "acc": args.acc, "steps": args.steps,
              "vpp": chunks, "hidden": args.hidden, "batch": 4 * args.acc} for mode, _, meshes, chunks in PLANS]
+    env = None if args.glibc_default else MALLOC_ENV
     best: dict = {}
     for _ in range(args.rounds):
         if args.interleave:
             import bench_static as me  # importable by module name in the ranks
 
             results = run_ranks(me.interleaved_rank, nproc=2, args=(cfgs, args.steps), timeout=900,
-                                pin_cpus=True, log_dir=tempfile.mkdtemp(prefix="bench_static_"))
+                                pin_cpus=True, env=env, log_dir=tempfile.mkdtemp(prefix="bench_static_"))
         else:
-            results = run_ranks(sr.train_many, nproc=2, args=(cfgs,), timeout=600, pin_cpus=True,
+            results = run_ranks(sr.train_many, nproc=2, args=(cfgs,), timeout=600, pin_cpus=True, env=env,
                                 log_dir=tempfile.mkdtemp(prefix="bench_static_"))
         for i, (mode, _, _, _) in enumerate(PLANS):
             per_rank = [r[i] for r in results]
@@ -139,6 +141,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=1, help="launches; each schedule keeps its fastest")
     parser.add_argument("--interleave", action="store_true",
                         help="build every schedule's model first, then step them in turn (one step each per round)")
+    parser.add_argument("--glibc-default", action="store_true",
+                        help="run the ranks with glibc's default malloc (no static_profile.MALLOC_ENV)")
     parser.add_argument("--unit", action="store_true", help="predict with unit costs, without a profile")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = parser.parse_args(argv)
@@ -147,7 +151,9 @@ def main(argv=None) -> int:
     if not args.unit:
         from static_profile import profile as run_profile
 
-        profile = run_profile(args.hidden, args.acc)
+        from static_profile import MALLOC_ENV
+
+        profile = run_profile(args.hidden, args.acc, env=None if args.glibc_default else MALLOC_ENV)
         blocks = ", ".join(f"{b}: " + "/".join(f"{x:.3f}" for x in fiw) for b, fiw in sorted(profile["blocks"].items()))
         print(f"profile (ms): job {profile['job']:.3f}, send {profile['message']:.3f}, latency {profile['latency']:.3f} "
               f"(mean hand-off; median {profile['latency_median']:.3f} when the receive waits), F/I/W/B per block {blocks}")
@@ -156,7 +162,8 @@ def main(argv=None) -> int:
             for mode, schedule, meshes, chunks in PLANS]
     base_t, base_p = rows[0][1], rows[0][2]
     header = (f"2 ranks, 4-block MLP hidden {args.hidden}, {args.acc} micro-batches, median of steps 2..{args.steps}, "
-              f"fastest of {args.rounds} round(s){', schedules interleaved step by step' if args.interleave else ''}; simulated with {'unit' if profile is None else 'profiled'} costs")
+              f"fastest of {args.rounds} round(s){', schedules interleaved step by step' if args.interleave else ''}"
+              f"{', glibc default malloc' if args.glibc_default else ', MALLOC_ENV'}; simulated with {'unit' if profile is None else 'profiled'} costs")
     if args.markdown:
         print(f"{header}\n\n| schedule_mode | step (ms) | measured / FThenB | simulated / FThenB |\n|---|---|---|---|")
     else:
