@@ -7,7 +7,7 @@ PIR program, for any model (not only rank-3 ``matmul_grad`` as Paddle's VPP spli
 1. :func:`split_matmul_grads` rewrites each ``matmul_grad`` whose two gradients are both used
    and whose ``y`` is a 2-D weight (``transpose_x=False``, any ``transpose_y``, ``x`` of any rank)
    into two matmuls: ``dx = dout @ y^T`` (B) and ``dy = flat(x)^T @ flat(dout)`` (W), leading
-   dims flattened. Other ops that compute an input and a parameter gradient at once (e.g.
+   dims flattened (by reshape ops only when ``x`` has more than two dims). Other ops that compute an input and a parameter gradient at once (e.g.
    ``multiply_grad``, ``layer_norm_grad``, ``add_grad``) stay whole, hence in B.
 2. :func:`classify_backward` walks the backward ops from the end: an op is W when it has results,
    is not communication, has no sub-blocks, and every use of every result is a W op, a
@@ -75,10 +75,11 @@ def split_matmul_grads(program) -> int:
             ops = pir_ops()
             new_dx = ops.matmul(dout, y, False, not trans_y)
             k, n = x.shape[-1], dout.shape[-1]
-            x2 = ops.reshape(x, [-1, k])
-            d2 = ops.reshape(dout, [-1, n])
+            flat = len(x.shape) == 2 and len(dout.shape) == 2  # already 2-D: no reshape ops to run
+            x2 = x if flat else ops.reshape(x, [-1, k])
+            d2 = dout if flat else ops.reshape(dout, [-1, n])
             new_dy = ops.matmul(d2, x2, True, False) if trans_y else ops.matmul(x2, d2, True, False)
-        for value in (new_dx, x2, d2, new_dy):
+        for value in (new_dx, new_dy) if flat else (new_dx, x2, d2, new_dy):
             new = value.get_defining_op()
             new.op_role = BACKWARD
             new.set_int_attr("chunk_id", chunk)
