@@ -102,12 +102,10 @@ def _key(o, installed: bool, x, mesh, placements):
     objects (Paddle's hash and compare by kind, dim, split factor and reduce type), cheaper than
     their reprs. ``key[0]`` is ``installed``, ``key[7]`` whether no gradient is needed."""
     sm = x.process_mesh
-    known = _MESHES.get(id(mesh))   # _mesh_key's hit, inline (this runs on every call)
-    dist = o.dist
     return (installed, None if o.same_mesh(sm, mesh) else (tuple(sm.process_ids), tuple(sm.shape)),
-            o.placements_text(x), known[1] if known is not None and known[0] is mesh else _mesh_key(mesh),
-            tuple(placements), tuple(x.shape), id(x.dtype) if o.dtype_by_id else o.dtype_code(x), x.stop_gradient or not o.grad_enabled(),
-            (dist.is_initialized() and _BACKEND.get(dist.get_backend)) or _backend(dist), len(GROUPS))
+            o.placements_text(x), _mesh_key(mesh), tuple(placements), tuple(x.shape),
+            id(x.dtype) if o.dtype_by_id else o.dtype_code(x), x.stop_gradient or not o.grad_enabled(),
+            _backend(o.dist), len(GROUPS))
 
 
 def _lookup(o, installed: bool, x, mesh, placements):

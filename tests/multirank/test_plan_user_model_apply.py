@@ -7,6 +7,7 @@ and trains with SGD. Every rank's losses and every parameter's first-step gradie
 ``dist.unshard_dtensor`` on the ranks of its mesh) must equal the dense model's, trained in the
 same process from the same factory."""
 import ast
+import json
 import sys
 import textwrap
 from pathlib import Path
@@ -148,8 +149,6 @@ def test_the_emitted_script_trains_with_the_losses_of_plan_run(planned, tmp_path
     """``--emit``'s own ``apply_plan.py`` (Paddle and ``apply_plan`` only, no ``install()``), run on
     the plan's ranks, gives the losses ``plan --run`` measured for the same plan (its rank
     function, ``user_runner.train_rank``: AdamW at the same rate, the same factory batch)."""
-    import json
-
     from paddle_ext.plan.user_runner import train_rank
 
     trace, result = planned
