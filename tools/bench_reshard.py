@@ -7,8 +7,9 @@
 16 MiB, float32, 1-D mesh of every rank), the time per call of Paddle's own ``dist.reshard`` (the
 original install() keeps) and of ``dist.reshard`` after ``install()``, in one launch, batches
 interleaved round by round (best round of the slowest rank), their ratio, Paddle's all_gather of
-the same tensor, and for S(0)->S(1) and P->S(0) both of paddle-ext's ways to trade blocks on 2 ranks
-(send + recv, one all_gather: the crossover of ``fast.GATHER_BELOW``); ``--png`` draws the curves.
+the same tensor, and for S(0)->S(1) both of paddle-ext's ways (an exchange of blocks: a send and
+a recv on 2 ranks, the per-rank executor's rounds on more; one all_gather of the whole shards and
+a slice: the crossover of ``fast.GATHER_BELOW``); ``--png`` draws the curves.
 
 For S(0)->R, P->R, P->S(0) and S(0)->S(1) on a float32 tensor of ``--mib`` MiB over a 1-D mesh
 of every rank, each rank times (after a barrier; the variants of one case run interleaved,
@@ -238,13 +239,13 @@ def per_call_rank(sizes, rounds: int, budget_ms: float) -> dict:
                 parts = [paddle.empty_like(local) for _ in range(n)]
                 fns["dist.all_gather"] = lambda: dist.all_gather(parts, local)
                 fns["stream all_gather"] = lambda: dist.stream.all_gather(paddle.empty(shape), local)
-            if name in PADDLE_CANNOT:   # the crossover: send + recv vs one all_gather of both blocks
+            if name == "S(0)->S(1)":   # the crossover: an exchange of blocks vs one all_gather
                 def way(below):
                     def setup():
                         fast.GATHER_BELOW[n] = below
                         fast.clear()
                     return setup, lambda: dist.reshard(x, mesh, dst)
-                fns["install(): send/recv"] = way(0)
+                fns["install(): exchange"] = way(0)
                 fns["install(): all_gather"] = way(1 << 40)
                 fns["install()"] = way(default.get(n, 0))
             out["cases"][(name, kib)] = _batches(fns, calls, rounds)
@@ -257,7 +258,7 @@ def _per_call_report(res, sizes, png: str | None) -> dict:
     table = {}
     print(f"load average before/after (rank 0): {res[0]['load'][0]:.2f} / {res[0]['load_after'][0]:.2f}")
     print("| transition | size | Paddle alone us | install() us | ratio | all_gather us (dist / stream) | "
-          "install() by send/recv / by all_gather us |")
+          "install() by exchange / by all_gather us |")
     print("|---|---|---|---|---|---|---|")
     for name, _, _ in PER_CALL:
         for kib in sizes:
@@ -268,8 +269,8 @@ def _per_call_report(res, sizes, png: str | None) -> dict:
             ratio = f"{best['install()'] / alone:.2f}" if alone else "Paddle alone cannot"
             ag = (f"{best['dist.all_gather']:.0f} / {best['stream all_gather']:.0f}"
                   if "dist.all_gather" in best else "-")
-            var = (f"{best['install(): send/recv']:.0f} / {best['install(): all_gather']:.0f}"
-                   if "install(): send/recv" in best else "-")
+            var = (f"{best['install(): exchange']:.0f} / {best['install(): all_gather']:.0f}"
+                   if "install(): exchange" in best else "-")
             size = f"{kib} KiB" if kib < 1024 else f"{kib // 1024} MiB"
             print(f"| {name} | {size} | {alone:.0f} | {best['install()']:.0f} | {ratio} | {ag} | {var} |"
                   if alone else f"| {name} | {size} | - | {best['install()']:.0f} | {ratio} | {ag} | {var} |")

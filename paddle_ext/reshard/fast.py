@@ -18,8 +18,9 @@ does:
   one gloo ``all_gather`` straight into the output;
 * **all_reduce** (``P -> R`` there): a copy and one gloo ``all_reduce``;
 * **all-to-all / reduce-scatter** (``S(i) -> S(j)``, ``P -> S(j)`` there, 2 ranks): the packed
-  block the peer needs traded for mine, received into the output (below :data:`GATHER_BELOW`
-  bytes by one all_gather of both blocks, else by a send and a recv);
+  block the peer needs traded for mine by a send and a recv, received into the output; below
+  :data:`GATHER_BELOW` bytes one all_gather instead (``S(0) -> S(j)`` on any number of ranks:
+  the whole shards, then this rank's block; see :mod:`.fast_exchange`);
 * otherwise the cached plan through the per-rank executor, without planning or validation again.
 
 ``check=True`` (``paddle_ext.reshard``'s default) keeps the cross-rank check on every call, at the
@@ -35,7 +36,6 @@ from __future__ import annotations
 import os
 
 from ..compat.fixes.outside_mesh_hint import watch_mesh
-from ..compat.ports.buffers import MIN_BYTES, fresh
 from ..compat.ports.convert import to_paddle_placements
 from ..compat.ports.fast_tensor import ops as _ops
 from ..compat.ports.mesh_reshape import local_mesh_reshape, reshape_placements
@@ -45,14 +45,12 @@ from . import dygraph
 from .layout import Geometry, coord_in, relative
 from .paddle_backend import GATHER_DTYPES, PaddleBackend
 from .per_rank import execute
+from .fast_exchange import GATHER_BELOW, exchange_runner
 from .planner import plan_reshard
 from .route import GROUPS, NATIVE_LISTENERS, SAVED, even, group_for, note_no_parallel_env, route
 
 DEBUG = [os.environ.get("PADDLE_EXT_DEBUG", "0") not in ("", "0")]
 LIMIT = 4096            # entries; the cache is emptied when full (every rank alike)
-#: on 2 ranks, S(i) -> S(j) and P -> S(j) of fewer bytes (global tensor) than this trade their
-#: blocks with one all_gather instead of a send and a recv (measured crossover, docs/reshard.md)
-GATHER_BELOW = {2: 0}
 _CACHE: dict = {}
 _BACKEND: dict = {}
 _MESHES: dict = {}
@@ -279,67 +277,16 @@ def _slice(o, x, src, dst, rank, ranks, exact):
 
 def _collective(o, x, kind, src, dst, rank, ranks, group, exact):
     """Runners with no per-call layout work for one-step plans on a 1-D mesh that is the world
-    or a prepared group, evenly divided; None for the others."""
-    a, b, n, dims = src.placements[0], dst.placements[0], len(ranks), src.shape
-    nbytes = _numel(dims) * x.element_size()
+    or a prepared group, evenly divided (exchanges: :mod:`.fast_exchange`); None for the others."""
+    a, b, dims = src.placements[0], dst.placements[0], src.shape
     gathers = str(x.dtype).replace("paddle.", "") in GATHER_DTYPES
     if kind == "all_gather" and a == Shard(0) and b == Replicate() and gathers:
         return _gather(o, x, dims, group, exact)
     if kind == "all_reduce" and isinstance(a, Partial) and b == Replicate():
-        return _all_reduce(o, x, a.op, n, dims, group, exact)
-    if n != 2 or kind not in ("all_to_all", "reduce_scatter"):
-        return None
-    k = ranks.index(rank)
-    by_gather = gathers and nbytes < GATHER_BELOW.get(2, 0)
-    if kind == "all_to_all" and by_gather and a.dim == 0:
-        return _swap_gathered(o, x, b.dim, k, group, dims, exact)
-    trade = _pair(o, k, ranks[1 - k], group, by_gather)
-    if kind == "all_to_all":
-        return _swap(o, x, a.dim, b.dim, k, trade, dims, exact)
-    if isinstance(a, Partial) and isinstance(b, Shard):
-        return _reduce_swap(o, x, a.op, b.dim, k, trade, dims, exact)
+        return _all_reduce(o, x, a.op, len(ranks), dims, group, exact)
+    if kind in ("all_to_all", "reduce_scatter"):
+        return exchange_runner(o, x, kind, a, b, ranks.index(rank), ranks, group, dims, exact, gathers)
     return None
-
-
-def _pair(o, k, peer, group, by_gather: bool):
-    """``trade(send, into)``: ``send`` goes to the peer, the peer's block of the same shape lands
-    in ``into`` (a view of an output, strided or not). Point-to-point (the lower rank sends
-    first; gloo's send and recv each wait for the peer), or, below :data:`GATHER_BELOW`, one
-    all_gather of both blocks: one round trip instead of two, the same bytes received."""
-    dist, view, empty, copy_into = o.dist, o.view, o.empty, o.copy_into
-    gather = dist.stream.all_gather
-
-    def by_all_gather(send, into):
-        r = send.shape[0]
-        both = empty([2 * r] + list(send.shape[1:]), send.dtype)
-        gather(both, send, group=group)
-        copy_into(view(both, 0, (1 - k) * r, (2 - k) * r), into)
-
-    def by_p2p(send, into):
-        buf = into if into.is_contiguous() else empty(into.shape, into.dtype)
-        if k == 0:
-            dist.send(send, dst=peer, group=group)
-            dist.recv(buf, src=peer, group=group)
-        else:
-            dist.recv(buf, src=peer, group=group)
-            dist.send(send, dst=peer, group=group)
-        if buf is not into:
-            copy_into(buf, into)
-
-    return by_all_gather if by_gather else by_p2p
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
-
-
-def _out(o, shape, dtype, itemsize):
-    if _numel(shape) * itemsize < MIN_BYTES:
-        return o.empty(shape, dtype)
-    return fresh(o.paddle, shape, dtype)   # huge pages for large CPU outputs (compat.ports.buffers)
 
 
 def _gather(o, x, dims, group, exact):
@@ -348,7 +295,7 @@ def _gather(o, x, dims, group, exact):
 
     def gathered(x, mesh):
         local = o.local(x)
-        out = _out(o, dims, local.dtype, itemsize)
+        out = o.output(dims, local.dtype, itemsize)
         gather(out, local.contiguous(), group=group)
         return build(out, dims, mesh, exact, True)
 
@@ -364,105 +311,10 @@ def _all_reduce(o, x, op, n, dims, group, exact):
 
     def reduced(x, mesh):
         local = o.local(x)
-        y = _out(o, dims, local.dtype, itemsize)
+        y = o.output(dims, local.dtype, itemsize)
         copy_into(local, y)
         dist.all_reduce(y, op=red, group=group)
         return build(y / n if op == "avg" else y, dims, mesh, exact, True)
-
-    return reduced
-
-
-#: blocks of at most this many bytes are packed into a send buffer kept by the cached runner
-#: (gloo sends a buffer it has sent before faster than a fresh one: per call, 2 ranks, 32x32
-#: float32, one all_gather from a kept buffer 66 us, from a fresh copy 117-176 us)
-KEEP_SEND_BELOW = 256 << 10
-
-
-def _packer(o, block_shape, dtype, nbytes: int):
-    """``pack(x, axis, start, stop) -> contiguous tensor`` holding ``x[start:stop]`` along
-    ``axis``: a copy into one buffer kept for the runner's life (small blocks: the buffer is sent
-    and never handed out), else a fresh copy (``take``)."""
-    copy_into, empty, view = o.copy_into, o.empty, o.view
-    if nbytes > KEEP_SEND_BELOW:
-        return o.take
-    kept = []
-
-    def pack(x, axis, start, stop):
-        if not kept:
-            kept.append(empty(block_shape, dtype))
-        copy_into(view(x, axis, start, stop), kept[0])
-        return kept[0]
-
-    return pack
-
-
-def _swap(o, x, src_dim, dst_dim, k, trade, dims, exact):
-    """``S(i) -> S(j)`` on 2 ranks: my own block into the output, the peer's block packed and
-    traded for mine, received straight into the output."""
-    require_writable_views()   # the output is built in slices of itself
-    view, copy_into, build = o.view, o.copy_into, o.dist_tensor
-    itemsize = x.element_size()
-    a, b = dims[src_dim] // 2, dims[dst_dim] // 2
-    shape = list(dims)
-    shape[dst_dim] = b
-    block = list(shape)
-    block[src_dim] = a
-    pack = _packer(o, block, x.dtype, _numel(block) * itemsize)
-
-    def swapped(x, mesh):
-        local = o.local(x)
-        out = _out(o, shape, local.dtype, itemsize)
-        copy_into(view(local, dst_dim, k * b, (k + 1) * b), view(out, src_dim, k * a, (k + 1) * a))
-        trade(pack(local, dst_dim, (1 - k) * b, (2 - k) * b), view(out, src_dim, (1 - k) * a, (2 - k) * a))
-        return build(out, dims, mesh, exact, True)
-
-    return swapped
-
-
-def _swap_gathered(o, x, dst_dim, k, group, dims, exact):
-    """``S(0) -> S(j)`` on 2 ranks, small tensors: one all_gather straight into the output, each
-    rank sending the block its peer keeps (the output's rows from rank r are rank r's block), then
-    this rank's own rows overwritten with the block it keeps. One collective instead of a send and
-    a recv (each a gloo round trip); the same bytes received."""
-    require_writable_views()   # the output is built in slices of itself
-    gather, view, copy_into, build = o.dist.stream.all_gather, o.view, o.copy_into, o.dist_tensor
-    a, b = dims[0] // 2, dims[dst_dim] // 2
-    shape = list(dims)
-    shape[dst_dim] = b
-    block = list(shape)
-    block[0] = a
-    pack = _packer(o, block, x.dtype, _numel(block) * x.element_size())
-
-    def swapped(x, mesh):
-        local = o.local(x)
-        out = o.empty(shape, local.dtype)
-        gather(out, pack(local, dst_dim, (1 - k) * b, (2 - k) * b), group=group)
-        copy_into(view(local, dst_dim, k * b, (k + 1) * b), view(out, 0, k * a, (k + 1) * a))
-        return build(out, dims, mesh, exact, True)
-
-    return swapped
-
-
-def _reduce_swap(o, x, op, dim, k, trade, dims, exact):
-    """``P -> S(d)`` on 2 ranks: trade the part of my partial value the peer keeps for the
-    peer's part of mine and reduce mine into the received buffer (as the per-rank executor does)."""
-    view, take, paddle, build = o.view, o.take, o.paddle, o.dist_tensor
-    half = dims[dim] // 2
-    shape = list(dims)
-    shape[dim] = half
-
-    def reduced(x, mesh):
-        local = o.local(x)
-        theirs = view(local, dim, (1 - k) * half, (2 - k) * half)
-        theirs = theirs if theirs.is_contiguous() else take(local, dim, (1 - k) * half, (2 - k) * half)
-        buf = _out(o, shape, local.dtype, x.element_size())
-        trade(theirs, buf)
-        mine = view(local, dim, k * half, (k + 1) * half)
-        if op in ("sum", "avg"):
-            buf.add_(mine)
-        else:
-            buf.copy_((paddle.maximum if op == "max" else paddle.minimum)(buf, mine))
-        return build(buf / 2 if op == "avg" else buf, dims, mesh, exact, True)
 
     return reduced
 

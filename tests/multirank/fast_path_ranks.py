@@ -18,9 +18,13 @@ def _outcome(y, d_ranks):
     return out
 
 
-def repeated_calls(cases, calls: int = 3):
+def repeated_calls(cases, calls: int = 3, gather_below=None):
     """Every case ``calls`` times through ``dist.reshard`` after install() (check=False) and through
-    ``paddle_ext.reshard`` (check=True): the first call fills the cache, the others hit it."""
+    ``paddle_ext.reshard`` (check=True): the first call fills the cache, the others hit it.
+    ``gather_below``: ``fast.GATHER_BELOW[2]`` for the run (0: S -> S by the exchange of blocks).
+    ``out["runners"]``: the names of the cached paddle-ext runners (which ways ran)."""
+    import inspect
+
     import paddle.distributed as dist
     import paddle_ext
     from paddle_ext.compat.ports.convert import to_paddle_placements
@@ -28,6 +32,8 @@ def repeated_calls(cases, calls: int = 3):
 
     dist.init_parallel_env()
     paddle_ext.install()
+    if gather_below is not None:
+        fast.GATHER_BELOW[2] = gather_below
     out = {}
     for c in cases:
         _, dst, _, d_ranks = specs(c)
@@ -52,6 +58,8 @@ def repeated_calls(cases, calls: int = 3):
                     o = Outcome(error=f"{type(exc).__name__}: {exc}"[:300])
                 out[(c.id, way, i)] = o
     out["cached"] = len(fast._CACHE)
+    out["runners"] = sorted({getattr(inspect.getclosurevars(e).nonlocals.get("values"), "__name__", "-")
+                             for e in fast._CACHE.values()})
     return out
 
 

@@ -1,6 +1,7 @@
 """The fast path of a repeated reshard (paddle_ext/reshard/fast.py) on real gloo ranks.
 
-* Every 1-D pair of the reshard matrix on 2 ranks, three calls each (and every 2x2 and cross-mesh
+* Every 1-D pair of the reshard matrix on 2 ranks, three calls each (S -> S once more with the
+  exchange of blocks that serves tensors above ``fast.GATHER_BELOW``) (and every 2x2 and cross-mesh
   case of the matrix on 4 ranks, two calls each) (the first fills the cache,
   the others are served from it) through ``dist.reshard`` after ``install()`` and through
   ``paddle_ext.reshard``: bit-exact against dense every time, the source never written, the
@@ -36,7 +37,18 @@ def _check_repeated(cases, res, calls):
 
 def test_repeated_calls_are_bit_exact_on_2_ranks(tmp_path):
     cases = one_d_cases(2)
-    _check_repeated(cases, run_ranks(fr.repeated_calls, nproc=2, args=(cases,), timeout=300, log_dir=tmp_path), 3)
+    res = run_ranks(fr.repeated_calls, nproc=2, args=(cases,), timeout=300, log_dir=tmp_path)
+    _check_repeated(cases, res, 3)
+    # small S(0) -> S(1): one all_gather of the whole shards and a slice (below GATHER_BELOW)
+    assert "gathered_slice" in res[0]["runners"], res[0]["runners"]
+
+
+def test_s_to_s_by_the_exchange_of_blocks_is_bit_exact_on_2_ranks(tmp_path):
+    """Above ``fast.GATHER_BELOW`` (0 here) S -> S and P -> S trade blocks by a send and a recv."""
+    cases = [c for c in one_d_cases(2) if "S(" in c.dst and c.src[1] in "SP" and c.src != c.dst]
+    res = run_ranks(fr.repeated_calls, nproc=2, args=(cases, 2, 0), timeout=300, log_dir=tmp_path)
+    _check_repeated(cases, res, 2)
+    assert {"swapped", "reduced"} <= set(res[0]["runners"]) and "gathered_slice" not in res[0]["runners"], res[0]["runners"]
 
 
 def test_repeated_2x2_and_cross_mesh_calls_are_bit_exact_on_4_ranks(tmp_path):

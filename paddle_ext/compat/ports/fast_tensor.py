@@ -15,6 +15,7 @@ from operator import attrgetter
 from types import SimpleNamespace
 
 from ..version import require_paddle
+from .buffers import MIN_BYTES, fresh
 
 _OPS: list = []
 
@@ -32,6 +33,13 @@ def _build():
     def view(x, axis: int, start: int, stop: int):
         """``x[start:stop]`` along ``axis``: a view of ``x`` (strided unless ``axis`` leads)."""
         return c_ops.slice(x, [axis], [start], [stop], [1], [])
+
+    def output(shape, dtype, itemsize: int):
+        """A fresh result tensor: ``empty`` when small, else into huge pages (:func:`.buffers.fresh`)."""
+        n = itemsize
+        for s in shape:
+            n *= s
+        return empty(shape, dtype) if n < MIN_BYTES else fresh(paddle, shape, dtype)
 
     def take(x, axis: int, start: int, stop: int):
         """A fresh contiguous copy of ``x[start:stop]`` along ``axis`` (never a view of ``x``)."""
@@ -59,7 +67,7 @@ def _build():
     # one Python object per dtype (Paddle 3.x's dtypes are enum singletons): its id names the dtype
     # and costs less than the object's hash; else the dtype's value
     dtype_by_id = probe.dtype is paddle.float32 and paddle.ones([2]).dtype is probe.dtype
-    return SimpleNamespace(dtype_by_id=dtype_by_id, empty=empty, view=view, take=take, take_rows=take_rows, copy_into=copy_into,
+    return SimpleNamespace(dtype_by_id=dtype_by_id, empty=empty, output=output, view=view, take=take, take_rows=take_rows, copy_into=copy_into,
                            dist_tensor=dist_tensor, local=paddle.Tensor._local_value, grad_enabled=core._has_grad,
                            in_dygraph=paddle.in_dynamic_mode, dist=paddle.distributed, paddle=paddle,
                            placements_text=attrgetter("_placements_str"), dtype_code=attrgetter("dtype.value"),
@@ -67,7 +75,8 @@ def _build():
 
 
 def ops() -> SimpleNamespace:
-    """``empty(shape, dtype)``, ``view``/``take``/``take_rows(x, axis, start, stop)``, ``copy_into(x, out)``,
+    """``empty(shape, dtype)``, ``output(shape, dtype, itemsize)`` (a fresh result, huge pages when
+    large), ``view``/``take``/``take_rows(x, axis, start, stop)``, ``copy_into(x, out)``,
     ``dist_tensor(local, dims, mesh, placements, even)``, ``local(x)`` (a DistTensor's local tensor),
     ``placements_text(x)`` (the placements string Paddle caches on a DistTensor: equal strings, equal
     placements), ``dtype_code(x)`` (an int per dtype; the dtype object's hash costs more), ``dtype_by_id`` (True
