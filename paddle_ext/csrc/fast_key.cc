@@ -1,4 +1,5 @@
-// paddle-ext: the dispatch fast path's cache key, read straight from the DistTensors.
+// paddle-ext: the dispatch fast path's cache key, and the source half of the reshard fast path's
+// plan key, read straight from the DistTensors.
 //
 // Built by paddle_ext/compat/native/cpp_build.py (piece "fast_key") against the installed Paddle's
 // headers; loaded by paddle_ext/compat/native/fast_key.py (which documents the key's contents).
@@ -97,8 +98,37 @@ py::object FastKey(py::handle slots) {
   }
   return py::make_tuple(py::bytes(key), no_grad);
 }
+
+// The source half of the reshard fast path's plan key (paddle_ext/reshard/fast.py): one
+// DistTensor's mesh (shape and process ids; dim names are labels a plan does not read), global
+// dims, dtype and placements. TypeError for anything else, so the caller takes its full path.
+py::bytes ReshardSourceKey(py::handle x) {
+  PyObject* obj = x.ptr();
+  if (!paddle::pybind::PyCheckTensor(obj)) throw py::type_error("paddle-ext reshard key: not a Tensor");
+  const paddle::Tensor& t = reinterpret_cast<paddle::pybind::TensorObject*>(obj)->tensor;
+  phi::TensorBase* impl = t.impl().get();
+  if (impl == nullptr || !DistTensor::classof(impl)) throw py::type_error("paddle-ext reshard key: not a DistTensor");
+  const auto* d = static_cast<const DistTensor*>(impl);
+  std::string key;
+  key.reserve(160);
+  PutInts(&key, d->process_mesh().shape());
+  PutInts(&key, d->process_mesh().process_ids());
+  const auto& dims = d->dims();
+  Put(&key, dims.size());
+  for (int k = 0; k < dims.size(); ++k) Put(&key, dims[k]);
+  Put(&key, static_cast<int64_t>(d->dtype()));
+  const auto& placements = d->placements();
+  Put(&key, static_cast<int64_t>(placements.size()));
+  for (const auto& p : placements) {
+    if (!p || !PutPlacement(&key, *p)) throw py::type_error("paddle-ext reshard key: a placement of unknown kind");
+  }
+  return py::bytes(key);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(paddle_ext_fast_key, m) {
   m.def("fast_key", &FastKey, "paddle-ext dispatch key of DistTensor slots: (bytes, no_grad) or None");
+  m.def("reshard_source_key", &ReshardSourceKey,
+        "paddle-ext reshard key of a DistTensor: bytes of its mesh, dims, dtype and placements");
 }

@@ -94,15 +94,23 @@ def _mesh_key(mesh):
 
 
 def _key(o, installed: bool, x, mesh, placements):
-    """The plan key: hashable, equal for equal requests in the same process state. The source
-    mesh is ``None`` when it has the target's ranks and shape (the common case, one C++ compare);
-    the source placements are the string Paddle caches on ``x``; the target ones are the placement
-    objects (Paddle's hash and compare by kind, dim, split factor and reduce type), cheaper than
-    their reprs. ``key[0]`` is ``installed``, ``key[7]`` whether no gradient is needed."""
-    sm = x.process_mesh
-    return (installed, None if o.same_mesh(sm, mesh) else (tuple(sm.process_ids), tuple(sm.shape)),
-            o.placements_text(x), _mesh_key(mesh), tuple(placements), tuple(x.shape),
-            id(x.dtype) if o.dtype_by_id else o.dtype_code(x), x.stop_gradient or not o.grad_enabled(),
+    """The plan key: hashable, equal for equal requests in the same process state:
+    ``(installed, source, target mesh, target placements, no gradient needed, backend, groups)``.
+
+    ``source`` is the compiled key's ``bytes`` (mesh ranks and shape, global dims, dtype,
+    placements, read in C++: ``o.compiled_key``) once it is loaded, else a tuple of the same
+    facts read in Python: the source mesh ``None`` when it has the target's ranks and shape (one
+    C++ compare), the placements string Paddle caches on ``x``, the shape, the dtype. The target
+    placements are Paddle's objects (hashed and compared by kind, dim, split factor and reduce
+    type), cheaper than their reprs."""
+    compiled = o.compiled_key[0]
+    if compiled is not None:
+        source = compiled(x)   # TypeError for a non-DistTensor: the full path names it
+    else:
+        sm = x.process_mesh
+        source = (None if o.same_mesh(sm, mesh) else (tuple(sm.process_ids), tuple(sm.shape)),
+                  o.placements_text(x), tuple(x.shape), id(x.dtype) if o.dtype_by_id else o.dtype_code(x))
+    return (installed, source, _mesh_key(mesh), tuple(placements), x.stop_gradient or not o.grad_enabled(),
             _backend(o.dist), len(GROUPS))
 
 
@@ -199,7 +207,7 @@ def _build(o, key, x, mesh, placements):
     if kind != "ext":
         return _store(key, native)
     values = _runner(o, x, specs)
-    differentiable = not key[7]
+    differentiable = not key[4]
 
     def ext(x, mesh, placements, check):
         if check:

@@ -15,7 +15,8 @@ and so do the transitions Paddle does exactly and as cheaply (:func:`.route.nati
 R<->S, P(sum)->R, R->P(sum) on even shapes of one mesh), which also keeps sub-mesh reshards inside
 the sub-mesh's own process group. ``uninstall_reshard()`` restores the originals.
 
-The call itself is :func:`.fast.installed`: one cache lookup for a repeated request, else the
+The call itself is :func:`.fast.installed`: one cache lookup for a repeated request (its key read
+in C++ once :mod:`paddle_ext.compat.native.fast_key` is built: ``install_reshard()`` starts it), else the
 routing decision of :func:`.route.route`, made once and cached. Paddle's own function stays
 reachable as :func:`original_reshard`; :data:`NATIVE_LISTENERS` hear of every call left to it.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import paddle
 
+from ..compat.native import fast_key
 from ..compat.ports.internals import auto_parallel_api
 from ..compat.version import require_paddle
 from . import fast
@@ -58,6 +60,7 @@ def install_reshard(check: bool = False) -> bool:
     _SAVED["api"] = auto_parallel_api().reshard
     ours = _make(_SAVED["dist"], check)
     fast.clear()
+    fast_key.start()   # the fast path's compiled source key: loaded if built, else built in the background
     paddle.distributed.reshard = ours
     auto_parallel_api().reshard = ours
     return True

@@ -14,6 +14,7 @@ from __future__ import annotations
 from operator import attrgetter
 from types import SimpleNamespace
 
+from ..native import fast_key
 from ..version import require_paddle
 from .buffers import MIN_BYTES, fresh
 
@@ -71,7 +72,7 @@ def _build():
                            dist_tensor=dist_tensor, local=paddle.Tensor._local_value, grad_enabled=core._has_grad,
                            in_dygraph=paddle.in_dynamic_mode, dist=paddle.distributed, paddle=paddle,
                            placements_text=attrgetter("_placements_str"), dtype_code=attrgetter("dtype.value"),
-                           same_mesh=core.ProcessMesh.__eq__)
+                           same_mesh=core.ProcessMesh.__eq__, compiled_key=fast_key.RESHARD_KEY)
 
 
 def ops() -> SimpleNamespace:
@@ -82,7 +83,8 @@ def ops() -> SimpleNamespace:
     placements), ``dtype_code(x)`` (an int per dtype; the dtype object's hash costs more), ``dtype_by_id`` (True
     when ``id(x.dtype)`` names the dtype: one object per dtype),
     ``same_mesh(a, b)`` (equal ranks and shape: the C++ compare, without ``ProcessMesh.__eq__``'s
-    Python lists), ``grad_enabled()``, ``in_dygraph()``, ``dist``, ``paddle`` (built once)."""
+    Python lists), ``compiled_key`` (a one-item list: the compiled source key
+    :data:`~paddle_ext.compat.native.fast_key.RESHARD_KEY` once loaded, else None), ``grad_enabled()``, ``in_dygraph()``, ``dist``, ``paddle`` (built once)."""
     if not _OPS:
         _OPS.append(_build())
     return _OPS[0]
