@@ -15,7 +15,11 @@
 // all-reduces the whole tensor and keeps this rank's block of dim 0 (block i for the i-th member
 // of the ring, as Paddle's kernel). The sum is the all_reduce's, so the block is exact; the
 // traffic is an all_reduce's rather than a reduce-scatter's.
+#include <pthread.h>
+#include <sched.h>
+
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <string>
@@ -70,7 +74,28 @@ struct SendQueue {
   std::string error;
 };
 
+// The send thread is named pe_gloo_send (top -H, /proc/<pid>/task/<tid>/comm). With
+// PADDLE_EXT_COMM_CPUS set ("0,1": run_ranks(pin_cpus="compute")) it runs on those CPUs, not on
+// the one CPU of the compute thread that started it: a queued message then does not wait for
+// this rank's compute to leave its CPU.
+void FreeFromCompute() {
+  pthread_setname_np(pthread_self(), "pe_gloo_send");
+  const char* list = std::getenv("PADDLE_EXT_COMM_CPUS");
+  if (list == nullptr || *list == '\0') return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (const char* p = list; *p != '\0';) {
+    char* end = nullptr;
+    long cpu = std::strtol(p, &end, 10);
+    if (end == p) break;  // not a number: leave the thread where it is
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(static_cast<int>(cpu), &set);
+    p = (*end == ',') ? end + 1 : end;
+  }
+  if (CPU_COUNT(&set) > 0) pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
 void Drain(std::string ring_id, SendQueue* q) {
+  FreeFromCompute();
   for (;;) {
     std::pair<paddle::Tensor, int> item;
     {

@@ -7,7 +7,11 @@ traceback)``, renamed into place so the parent never reads half a file, then lea
 normal interpreter teardown (after the parent has every result: rank 0 hosts the TCP store).
 
 With ``pin_cpus`` in the payload (a measurement asked for it) the rank first binds itself to one
-CPU, before it imports anything that starts threads: :func:`cpus_for` picks it.
+CPU, before it imports anything that starts threads: :func:`cpus_for` picks it. With
+``pin_cpus="compute"`` it also names the CPUs it was allowed before in ``PADDLE_EXT_COMM_CPUS``
+(:data:`COMM_CPUS_ENV`): paddle-ext's communication threads (the static gloo send thread, the
+gloo I/O threads of the static Engine's communicators) move themselves there when they start,
+so a message need not wait for this rank's compute to leave the CPU.
 """
 import importlib
 import os
@@ -24,6 +28,11 @@ def _write(results: str, rank: int, record) -> None:
     os.replace(tmp, os.path.join(results, f"rank.{rank}.pkl"))
 
 
+#: the CPUs communication threads may run on (``pin_cpus="compute"``), as "0,1"; read by
+#: paddle_ext/csrc/gloo_ops.cc's send thread and compat/ports/static_collectives.py (spelled out there)
+COMM_CPUS_ENV = "PADDLE_EXT_COMM_CPUS"
+
+
 def cpus_for(rank: int, allowed) -> set:
     """The one CPU a pinned rank runs on: the allowed CPUs in ascending order, dealt round robin
     (4 ranks on CPUs {0, 1}: ranks 0 and 2 on CPU 0, ranks 1 and 3 on CPU 1)."""
@@ -31,12 +40,21 @@ def cpus_for(rank: int, allowed) -> set:
     return {cpus[rank % len(cpus)]}
 
 
-def pin_to_one_cpu(rank: int):
+def pin_to_one_cpu(rank: int, compute_only: bool = False):
     """Bind this process (and the threads it starts later) to :func:`cpus_for`'s CPU; the CPU
-    set, or ``None`` where the OS has no affinity call (the rank then runs unpinned)."""
+    set, or ``None`` where the OS has no affinity call (the rank then runs unpinned).
+
+    ``compute_only``: also set :data:`COMM_CPUS_ENV` to every CPU allowed before, which the
+    communication threads take when they start (the main thread and the threads it starts,
+    Paddle's executor workers among them, stay on the one CPU)."""
     if not hasattr(os, "sched_setaffinity"):
         return None
-    cpus = cpus_for(rank, os.sched_getaffinity(0))
+    allowed = os.sched_getaffinity(0)
+    cpus = cpus_for(rank, allowed)
+    if compute_only:
+        os.environ[COMM_CPUS_ENV] = ",".join(str(c) for c in sorted(allowed))
+    else:
+        os.environ.pop(COMM_CPUS_ENV, None)
     os.sched_setaffinity(0, cpus)
     return cpus
 
@@ -49,7 +67,7 @@ def main(payload_path: str) -> int:
             sys.path.insert(0, p)
     rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
     if payload.get("pin_cpus"):
-        pin_to_one_cpu(rank)
+        pin_to_one_cpu(rank, compute_only=payload["pin_cpus"] == "compute")
     with open(os.path.join(payload["results"], f"rank.{rank}.pid"), "w") as f:
         f.write(str(os.getpid()))
     # paddle_ext.breadcrumbs.ACTION_FILE_ENV, spelled out: the rank imports nothing before its target does

@@ -116,10 +116,25 @@ def _abs_sys_path() -> list[str]:
     return [os.path.abspath(p or os.getcwd()) for p in sys.path]
 
 
+def _check_call(fn: Callable, nproc: int, teardown: str, pin_cpus) -> tuple[str, str]:
+    """:func:`run_ranks`'s arguments checked; ``fn``'s module and qualified name."""
+    if teardown not in ("raise", "warn"):
+        raise HarnessError(f"teardown must be 'raise' or 'warn', got {teardown!r}")
+    if type(pin_cpus) not in (bool, str) or pin_cpus not in (False, True, "compute"):
+        raise HarnessError(f"pin_cpus must be False, True or 'compute', got {pin_cpus!r}")
+    if nproc < 1:
+        raise HarnessError(f"nproc must be >= 1, got {nproc}")
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not module or not name or "<" in name:
+        raise HarnessError(
+            f"{fn!r} is not importable by module and name; define it at module level of an importable module")
+    return module, name
+
+
 def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | None = None,
               timeout: float = 120.0, log_dir: str | os.PathLike | None = None,
               env: dict | None = None, keep_logs: bool = False, exit_timeout: float = 60.0,
-              teardown: str = "raise", pin_cpus: bool = False) -> list[Any]:
+              teardown: str = "raise", pin_cpus: bool | str = False) -> list[Any]:
     """Run ``fn(*args, **kwargs)`` on ``nproc`` CPU ranks; return each rank's result, by rank.
 
     Raises :class:`HarnessError` if any rank raises, exits without a result, or the run takes
@@ -133,15 +148,12 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
     ``RuntimeWarning`` naming the rank. ``pin_cpus=True`` (a measurement; Linux) binds each rank
     to one CPU of this process's allowed set, dealt round robin, before ``fn``'s module is
     imported: with more ranks than CPUs, which ranks share a CPU is then the same in every run.
+    ``pin_cpus="compute"`` binds the compute only: the rank's main thread and the threads it
+    starts (Paddle's executor workers) as ``True`` does, while paddle-ext's communication
+    threads (the static gloo send thread, the gloo I/O threads of the static Engine's
+    communicators) run on every CPU of this process's allowed set.
     """
-    if teardown not in ("raise", "warn"):
-        raise HarnessError(f"teardown must be 'raise' or 'warn', got {teardown!r}")
-    if nproc < 1:
-        raise HarnessError(f"nproc must be >= 1, got {nproc}")
-    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
-    if not module or not name or "<" in name:
-        raise HarnessError(
-            f"{fn!r} is not importable by module and name; define it at module level of an importable module")
+    module, name = _check_call(fn, nproc, teardown, pin_cpus)
     work = Path(tempfile.mkdtemp(prefix="paddle_ext_ranks_"))
     logs = Path(log_dir).resolve() if log_dir else work / "log"   # the launcher runs in another cwd
     logs.mkdir(parents=True, exist_ok=True)
@@ -150,7 +162,7 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
     payload = work / "payload.pkl"
     with open(payload, "wb") as f:
         pickle.dump({"module": module, "name": name, "args": tuple(args), "kwargs": dict(kwargs or {}),
-                     "sys_path": _abs_sys_path(), "results": str(results_dir), "pin_cpus": bool(pin_cpus)}, f)
+                     "sys_path": _abs_sys_path(), "results": str(results_dir), "pin_cpus": pin_cpus}, f)
     tag = uuid.uuid4().hex
     _LAUNCHED_TAGS.append(tag)
     child_env = dict(os.environ)

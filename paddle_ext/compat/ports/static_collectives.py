@@ -13,11 +13,17 @@ numbers static groups in a rank-dependent order), and every rank creates its own
 order (:func:`wanted_communicators`, :func:`create_communicators`). Point-to-point uses one
 2-rank channel per direction (:func:`p2p_key`); a send enqueues and returns, a per-channel
 thread does the blocking gloo send, so a rank only waits in receives.
+
+Under ``run_ranks(pin_cpus="compute")`` (``PADDLE_EXT_COMM_CPUS`` set) the communicators'
+gloo I/O threads start on those CPUs (:func:`comm_threads_free`) and are named ``pe_gloo_io``,
+as the send threads move themselves there (``pe_gloo_send``): the rank's compute keeps its CPU.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import os
 
 from paddle.base import core
 from paddle.distributed.auto_parallel.static.process_group import get_all_process_groups
@@ -77,17 +83,55 @@ def wanted_communicators() -> list:
 _CREATED: set = set()  # communicators this process created (CommContextManager has no Python lookup)
 
 
+#: the CPUs communication threads run on, as "0,1" (paddle_ext.launcher._rank.COMM_CPUS_ENV, spelled out)
+COMM_CPUS_ENV = "PADDLE_EXT_COMM_CPUS"
+IO_THREAD_NAME = "pe_gloo_io"
+
+
+def _tasks() -> set:
+    try:
+        return set(os.listdir("/proc/self/task"))
+    except OSError:
+        return set()
+
+
+@contextlib.contextmanager
+def comm_threads_free():
+    """Threads the calling thread starts inside run on the CPUs ``PADDLE_EXT_COMM_CPUS`` names
+    (a new thread takes its creator's affinity) and are named ``pe_gloo_io``; without the
+    variable (or the OS call) nothing changes."""
+    wanted = os.environ.get(COMM_CPUS_ENV, "")
+    if not wanted or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    cpus = {int(c) for c in wanted.split(",") if c.strip().isdigit()}
+    before, tasks = os.sched_getaffinity(0), _tasks()
+    os.sched_setaffinity(0, cpus)   # this thread only: the rank's other threads keep theirs
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+        for tid in _tasks() - tasks:
+            try:
+                if os.sched_getaffinity(int(tid)) == cpus:   # started by this thread inside
+                    with open(f"/proc/self/task/{tid}/comm", "w") as f:
+                        f.write(IO_THREAD_NAME)
+            except OSError:   # the thread ended, or the name is not writable: only a label
+                pass
+
+
 def create_communicators() -> list:
     """Create this rank's communicators of :func:`wanted_communicators`; returns the new keys."""
 
     rank = paddle.distributed.get_rank()
     store = core.create_or_get_global_tcp_store()
     made = []
-    for key, ranks in wanted_communicators():
-        if rank in ranks and key not in _CREATED:
-            core.CommContextManager.create_gloo_comm_context(store, key, ranks.index(rank), len(ranks))
-            _CREATED.add(key)
-            made.append(key)
+    with comm_threads_free():
+        for key, ranks in wanted_communicators():
+            if rank in ranks and key not in _CREATED:
+                core.CommContextManager.create_gloo_comm_context(store, key, ranks.index(rank), len(ranks))
+                _CREATED.add(key)
+                made.append(key)
     return made
 
 
