@@ -2,11 +2,17 @@
 the simulator's prediction for the same schedule.
 
     python tools/bench_static.py [--hidden 256] [--acc 8] [--steps 6] [--rounds 1] [--unit] [--markdown]
+                                 [--binding process|compute|both]
 
 One launch trains a 4-block MLP (2 stages; VPP and ZB-V put 1 block per chunk) under each
-schedule in turn, each rank bound to its own CPU (``run_ranks(pin_cpus=True)``: unbound, a
-rank's kernels spread over both cores and slow the other rank's whenever both compute, which
-pipelined schedules do more than FThenB, and the simulator's ranks do not share cores); a step's time is measured around ``DistModel.__call__``, the first step
+schedule in turn, each rank's compute bound to its own CPU (unbound, a rank's kernels spread
+over both cores and slow the other rank's whenever both compute, which pipelined schedules do
+more than FThenB, and the simulator's ranks do not share cores). ``--binding``: ``process``
+binds every thread of a rank (``run_ranks(pin_cpus=True)``), ``compute`` the compute only
+(``pin_cpus="compute"``: the static gloo send thread and gloo's I/O threads free on both
+CPUs, so a message need not wait for its sender's compute), ``both`` measures the two in one
+launch (``--interleave``: each step of each schedule runs once with the communication threads
+on the rank's CPU and once free; the profile runs once per binding). A step's time is measured around ``DistModel.__call__``, the first step
 (program build, first-use allocations) left out, and the median of the rest is kept (the slower
 rank's); with ``--rounds R`` the launch runs R times and each schedule keeps its fastest round
 (the machine's other load only ever adds time).
@@ -58,10 +64,36 @@ def predicted(mode: str, schedule: str, meshes, pp: int, m: int, chunks: int, pr
                            stage_costs=per_stage).makespan
 
 
-def interleaved_rank(cfgs, steps: int):
+#: ``--binding`` -> run_ranks's pin_cpus; the launch of ``both`` binds the compute only, then
+#: moves the communication threads back to the rank's CPU for the ``process`` half of each step
+PIN = {"process": True, "compute": "compute", "both": "compute"}
+COMM_THREADS = ("pe_gloo_send", "pe_gloo_io")  # gloo_ops.cc's and static_collectives.py's names
+
+
+def bind_comm_threads(binding: str) -> int:
+    """Move this rank's communication threads (:data:`COMM_THREADS`) to the main thread's CPUs
+    (``process``) or to every CPU the launch allowed (``compute``); returns how many moved."""
+    cpus = (os.sched_getaffinity(0) if binding == "process"
+            else {int(c) for c in os.environ["PADDLE_EXT_COMM_CPUS"].split(",")})
+    moved = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() not in COMM_THREADS:
+                    continue
+            os.sched_setaffinity(int(tid), cpus)
+            moved += 1
+        except OSError:  # the thread ended meanwhile
+            pass
+    return moved
+
+
+def interleaved_rank(cfgs, steps: int, bindings=("process",)):
     """On one rank: every config's ``dist.to_static`` model built first, then ``steps`` rounds of
     one step of each in turn, each after a barrier (a load burst hits every schedule alike, as
-    the other benches interleave); per config the step seconds, or ``{"error": ...}``."""
+    the other benches interleave), once per binding of ``bindings`` (more than one: the
+    communication threads moved by :func:`bind_comm_threads` before each); per binding, per
+    config the step seconds, or ``{"error": ...}``."""
     import time
 
     import paddle.distributed as dist
@@ -72,7 +104,7 @@ def interleaved_rank(cfgs, steps: int):
     dist.init_parallel_env()
     paddle_ext.install()
     install_static()
-    models, out = [], []
+    models, out = [], {b: [] for b in bindings}
     for cfg in cfgs:
         try:
             net, opt, loader, loss_fn, strategy = sr._build(cfg)
@@ -81,12 +113,17 @@ def interleaved_rank(cfgs, steps: int):
             dm.train()
             batches = [b for _, b in zip(range(steps), loader())]
             models.append((dm, batches))
-            out.append({"step_seconds": []})
+            for b in bindings:
+                out[b].append({"step_seconds": []})
         except Exception as exc:  # noqa: BLE001 - the failure is the measurement
             models.append(None)
-            out.append({"error": f"{type(exc).__name__}: {exc}"[:2000]})
-    for step in range(steps):
-        for (entry, result) in zip(models, out):
+            for b in bindings:
+                out[b].append({"error": f"{type(exc).__name__}: {exc}"[:2000]})
+    moved = 0
+    for step, binding in ((s, b) for s in range(steps) for b in bindings):
+        if len(bindings) > 1:
+            moved = max(moved, bind_comm_threads(binding))
+        for (entry, result) in zip(models, out[binding]):
             if entry is None or "error" in result:
                 continue
             dm, batches = entry
@@ -99,38 +136,98 @@ def interleaved_rank(cfgs, steps: int):
                 result["error"] = f"{type(exc).__name__}: {exc}"[:2000]
                 continue
             result["step_seconds"].append(time.perf_counter() - start)
+    if len(bindings) > 1 and not moved:
+        raise RuntimeError(f"no thread named {' or '.join(COMM_THREADS)} on this rank: the bindings {bindings} "
+                           "measured the same thing; run the static Engine on paddle-ext's gloo ops")
     return out
 
 
-def measure(args) -> dict:
-    """``{schedule_mode: seconds or error text}``: the fastest of ``args.rounds`` launches."""
+def bindings_of(binding: str) -> tuple:
+    return ("process", "compute") if binding == "both" else (binding,)
+
+
+def _launch(args, cfgs, env, binding: str) -> dict:
+    """One launch: ``{binding: [per rank, per config result]}``."""
     import static_ranks as sr
     from paddle_ext.launcher import run_ranks
+
+    log_dir = tempfile.mkdtemp(prefix="bench_static_")
+    if args.interleave:
+        import bench_static as me  # importable by module name in the ranks
+
+        results = run_ranks(me.interleaved_rank, nproc=2, args=(cfgs, args.steps, bindings_of(binding)),
+                            timeout=900 * len(bindings_of(binding)), pin_cpus=PIN[binding], env=env, log_dir=log_dir)
+        return {b: [r[b] for r in results] for b in bindings_of(binding)}
+    return {binding: run_ranks(sr.train_many, nproc=2, args=(cfgs,), timeout=600, pin_cpus=PIN[binding], env=env,
+                               log_dir=log_dir)}
+
+
+def measure(args) -> dict:
+    """``{binding: {schedule_mode: seconds or error text}}``: the fastest of ``args.rounds`` launches."""
     from static_profile import MALLOC_ENV
 
     cfgs = [{"schedule": mode, "layer_meshes": meshes, "acc": args.acc, "steps": args.steps,
              "vpp": chunks, "hidden": args.hidden, "batch": 4 * args.acc} for mode, _, meshes, chunks in PLANS]
     env = None if args.glibc_default else MALLOC_ENV
-    best: dict = {}
+    # both bindings without --interleave: one launch each per round
+    launches = [args.binding] if args.interleave or args.binding != "both" else ["process", "compute"]
+    best: dict = {b: {} for b in bindings_of(args.binding)}
     for _ in range(args.rounds):
-        if args.interleave:
-            import bench_static as me  # importable by module name in the ranks
-
-            results = run_ranks(me.interleaved_rank, nproc=2, args=(cfgs, args.steps), timeout=900,
-                                pin_cpus=True, env=env, log_dir=tempfile.mkdtemp(prefix="bench_static_"))
-        else:
-            results = run_ranks(sr.train_many, nproc=2, args=(cfgs,), timeout=600, pin_cpus=True, env=env,
-                                log_dir=tempfile.mkdtemp(prefix="bench_static_"))
-        for i, (mode, _, _, _) in enumerate(PLANS):
-            per_rank = [r[i] for r in results]
-            errors = [r["error"] for r in per_rank if "error" in r]
-            if errors:
-                best[mode] = errors[0].splitlines()[0][:80]
-                continue
-            seconds = max(statistics.median(r["step_seconds"][1:]) for r in per_rank)
-            if not isinstance(best.get(mode), float) or seconds < best[mode]:
-                best[mode] = seconds
+        for launch in launches:
+            for binding, results in _launch(args, cfgs, env, launch).items():
+                _keep_fastest(best[binding], results)
     return best
+
+
+def _keep_fastest(best: dict, results) -> None:
+    for i, (mode, _, _, _) in enumerate(PLANS):
+        per_rank = [r[i] for r in results]
+        errors = [r["error"] for r in per_rank if "error" in r]
+        if errors:
+            best[mode] = errors[0].splitlines()[0][:80]
+            continue
+        seconds = max(statistics.median(r["step_seconds"][1:]) for r in per_rank)
+        if not isinstance(best.get(mode), float) or seconds < best[mode]:
+            best[mode] = seconds
+
+
+def _profiles(args) -> dict:
+    """``{binding: profile or None}`` (``--unit``: no profile), each printed as it comes."""
+    from static_profile import MALLOC_ENV, profile as run_profile
+
+    out = {}
+    for binding in bindings_of(args.binding):
+        if args.unit:
+            out[binding] = None
+            continue
+        prof = run_profile(args.hidden, args.acc, env=None if args.glibc_default else MALLOC_ENV, binding=binding)
+        blocks = ", ".join(f"{b}: " + "/".join(f"{x:.3f}" for x in fiw) for b, fiw in sorted(prof["blocks"].items()))
+        print(f"profile, {binding} binding (ms): job {prof['job']:.3f}, send {prof['message']:.3f}, latency "
+              f"{prof['latency']:.3f} (mean hand-off; median {prof['latency_median']:.3f} when the receive waits), "
+              f"F/I/W/B per block {blocks}")
+        out[binding] = prof
+    return out
+
+
+def _table(args, times: dict, profiles: dict) -> None:
+    """Per schedule and binding: step time, measured / FThenB, simulated / FThenB."""
+    bindings = bindings_of(args.binding)
+    cells = {}
+    for b in bindings:
+        rows = [(mode, times[b][mode], predicted(mode, schedule, meshes, 2, args.acc, chunks, profiles[b]))
+                for mode, schedule, meshes, chunks in PLANS]
+        base_t, base_p = rows[0][1], rows[0][2]
+        for mode, t, p in rows:
+            ok = isinstance(t, float) and isinstance(base_t, float)
+            cells[(mode, b)] = (f"{1000 * t:.1f} | {t / base_t:.2f} | {p / base_p:.2f}" if ok
+                                else f"failed: {t} | | ")
+    if args.markdown:
+        print("\n| schedule_mode | " + " | ".join(f"{b}: step (ms) | measured / FThenB | simulated / FThenB"
+                                                 for b in bindings) + " |")
+        print("|---|" + "---|---|---|" * len(bindings))
+    for mode, _, _, _ in PLANS:
+        row = " | ".join(cells[(mode, b)] for b in bindings)
+        print(f"| {mode} | {row} |" if args.markdown else f"{mode:10s} {row}")
 
 
 def main(argv=None) -> int:
@@ -141,40 +238,24 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=1, help="launches; each schedule keeps its fastest")
     parser.add_argument("--interleave", action="store_true",
                         help="build every schedule's model first, then step them in turn (one step each per round)")
+    parser.add_argument("--binding", choices=sorted(PIN), default="process",
+                        help="process: every thread of a rank on its CPU; compute: the compute only, the communication "
+                             "threads free; both: the two, in one launch with --interleave")
     parser.add_argument("--glibc-default", action="store_true",
                         help="run the ranks with glibc's default malloc (no static_profile.MALLOC_ENV)")
     parser.add_argument("--unit", action="store_true", help="predict with unit costs, without a profile")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = parser.parse_args(argv)
 
-    profile = None
-    if not args.unit:
-        from static_profile import profile as run_profile
-
-        from static_profile import MALLOC_ENV
-
-        profile = run_profile(args.hidden, args.acc, env=None if args.glibc_default else MALLOC_ENV)
-        blocks = ", ".join(f"{b}: " + "/".join(f"{x:.3f}" for x in fiw) for b, fiw in sorted(profile["blocks"].items()))
-        print(f"profile (ms): job {profile['job']:.3f}, send {profile['message']:.3f}, latency {profile['latency']:.3f} "
-              f"(mean hand-off; median {profile['latency_median']:.3f} when the receive waits), F/I/W/B per block {blocks}")
+    start_load = os.getloadavg()
+    profiles = _profiles(args)
     times = measure(args)
-    rows = [(mode, times[mode], predicted(mode, schedule, meshes, 2, args.acc, chunks, profile))
-            for mode, schedule, meshes, chunks in PLANS]
-    base_t, base_p = rows[0][1], rows[0][2]
-    header = (f"2 ranks, 4-block MLP hidden {args.hidden}, {args.acc} micro-batches, median of steps 2..{args.steps}, "
-              f"fastest of {args.rounds} round(s){', schedules interleaved step by step' if args.interleave else ''}"
-              f"{', glibc default malloc' if args.glibc_default else ', MALLOC_ENV'}; simulated with {'unit' if profile is None else 'profiled'} costs")
-    if args.markdown:
-        print(f"{header}\n\n| schedule_mode | step (ms) | measured / FThenB | simulated / FThenB |\n|---|---|---|---|")
-    else:
-        print(header)
-    for mode, t, p in rows:
-        if not isinstance(t, float):
-            print(f"| {mode} | failed: {t} | | |" if args.markdown else f"{mode:10s} failed: {t}")
-        elif args.markdown:
-            print(f"| {mode} | {1000 * t:.1f} | {t / base_t:.2f} | {p / base_p:.2f} |")
-        else:
-            print(f"{mode:10s} {1000 * t:8.1f} ms  x{t / base_t:.2f}  (simulated x{p / base_p:.2f})")
+    print(f"2 ranks, 4-block MLP hidden {args.hidden}, {args.acc} micro-batches, median of steps 2..{args.steps}, "
+          f"fastest of {args.rounds} round(s){', schedules interleaved step by step' if args.interleave else ''}"
+          f"{', glibc default malloc' if args.glibc_default else ', MALLOC_ENV'}; simulated with "
+          f"{'unit' if args.unit else 'profiled'} costs; load average (1 min) {start_load[0]:.2f} at the start, "
+          f"{os.getloadavg()[0]:.2f} at the end")
+    _table(args, times, profiles)
     return 0
 
 

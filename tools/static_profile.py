@@ -14,15 +14,20 @@ inside it, and the rest, the executor's fixed cost of a job. From them:
   end of its receive, over ZBV's messages (the two ranks' n-th send and receive on one direction
   are one message; the profiler's clock is the machine's, so the two ranks' events compare).
   The mean, not the median: the hand-off runs on paddle-ext's send thread and gloo's I/O thread,
-  which share the sender's core with its compute, and waits for them (up to a scheduler slice)
-  are a long tail the step pays in full; ``latency_median`` is the fast case alone;
+  which under ``--binding process`` share the sender's core with its compute, and waits for them
+  (up to a scheduler slice) are a long tail the step pays in full; ``latency_median`` is the fast
+  case alone;
 * per block: the mean ``F``, ``I`` and ``W`` job times of ZBV and the mean full backward ``B``
   of IR_VPP, each less ``job`` (the mean, not the median: the times are skewed, a few jobs run
   much longer on a shared core, and the step pays for them all). A schedule's stage costs are
   the sums over its blocks (:func:`stage_costs`); a schedule without the split runs ``B``, which
   is not ``I + W`` (two matmuls in one ``matmul_grad`` op, no deferred gradient kept alive).
 
-    python tools/static_profile.py [--hidden 1024] [--acc 8]     # prints the figures as JSON
+    python tools/static_profile.py [--hidden 1024] [--acc 8] [--binding compute]   # the figures as JSON
+
+``--binding`` is ``run_ranks``'s ``pin_cpus``: ``compute`` (each rank's compute on
+its own CPU, the communication threads free) or ``process`` (the default: every thread of a rank
+on its CPU).
 """
 from __future__ import annotations
 
@@ -187,9 +192,13 @@ def stage_costs(blocks: dict, layer_meshes, chunks: int) -> dict:
     return out
 
 
-def profile(hidden: int, acc: int, steps: int = 10, timeout: int = 600, env=None) -> dict:
-    """Launch the profile (module doc), the ranks' environment plus ``env``, and return
-    :func:`costs_from`'s figures."""
+#: ``--binding`` -> run_ranks's pin_cpus
+PIN = {"compute": "compute", "process": True}
+
+
+def profile(hidden: int, acc: int, steps: int = 10, timeout: int = 600, env=None, binding: str = "process") -> dict:
+    """Launch the profile (module doc), the ranks' environment plus ``env``, each rank bound
+    as ``binding`` says (:data:`PIN`), and return :func:`costs_from`'s figures."""
     import static_profile as me  # importable by module name in the ranks
     from paddle_ext.launcher import run_ranks
 
@@ -197,8 +206,8 @@ def profile(hidden: int, acc: int, steps: int = 10, timeout: int = 600, env=None
     common = {"acc": acc, "steps": steps, "vpp": 2, "hidden": hidden, "batch": 4 * acc}
     cfgs = [dict(common, schedule="ZBV", layer_meshes=[0, 1, 1, 0]),
             dict(common, schedule="IR_VPP", layer_meshes=[0, 1, 0, 1])]
-    results = run_ranks(me.profile_rank, nproc=2, args=(cfgs, out_dir), timeout=timeout, pin_cpus=True, env=env,
-                        log_dir=os.path.join(out_dir, "logs"))
+    results = run_ranks(me.profile_rank, nproc=2, args=(cfgs, out_dir), timeout=timeout, pin_cpus=PIN[binding],
+                        env=env, log_dir=os.path.join(out_dir, "logs"))
     return costs_from([job_times(r[0]["trace"]) for r in results], [job_times(r[1]["trace"]) for r in results])
 
 
@@ -207,8 +216,11 @@ def main(argv=None) -> int:
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--acc", type=int, default=8)
     parser.add_argument("--glibc-default", action="store_true", help="run the ranks without MALLOC_ENV")
+    parser.add_argument("--binding", choices=sorted(PIN), default="process",
+                        help="compute: the ranks' compute on one CPU each, comm threads free; process: whole ranks")
     args = parser.parse_args(argv)
-    print(json.dumps(profile(args.hidden, args.acc, env=None if args.glibc_default else MALLOC_ENV), indent=1))
+    print(json.dumps(profile(args.hidden, args.acc, env=None if args.glibc_default else MALLOC_ENV,
+                             binding=args.binding), indent=1))
     return 0
 
 
