@@ -221,10 +221,11 @@ def _table(args, times: dict, profiles: dict) -> None:
             ok = isinstance(t, float) and isinstance(base_t, float)
             cells[(mode, b)] = (f"{1000 * t:.1f} | {t / base_t:.2f} | {p / base_p:.2f}" if ok
                                 else f"failed: {t} | | ")
+    columns = " | ".join(f"{b}: step (ms) | measured / FThenB | simulated / FThenB" for b in bindings)
     if args.markdown:
-        print("\n| schedule_mode | " + " | ".join(f"{b}: step (ms) | measured / FThenB | simulated / FThenB"
-                                                 for b in bindings) + " |")
-        print("|---|" + "---|---|---|" * len(bindings))
+        print(f"\n| schedule_mode | {columns} |\n|---|" + "---|---|---|" * len(bindings))
+    else:
+        print(f"{'schedule':10s} {columns}")
     for mode, _, _, _ in PLANS:
         row = " | ".join(cells[(mode, b)] for b in bindings)
         print(f"| {mode} | {row} |" if args.markdown else f"{mode:10s} {row}")
