@@ -88,12 +88,39 @@ def bind_comm_threads(binding: str) -> int:
     return moved
 
 
-def interleaved_rank(cfgs, steps: int, bindings=("process",)):
+def thread_times(main: int, main_first: bool) -> dict:
+    """``{class: [run ns, run-queue wait ns, involuntary switches]}`` summed over this process's
+    threads by class (``main``, ``pe_gloo_send``, ``pe_gloo_io``, ``other``: Paddle's executor
+    workers among them), from the kernel's ``/proc/self/task/<tid>/schedstat`` and ``status``.
+    The main thread (the reader) is read first with ``main_first``, else last, so that its own
+    reading stays out of a difference of a last-read and a first-read sample."""
+    out: dict = {}
+    others = [t for t in os.listdir("/proc/self/task") if int(t) != main]
+    for tid in ([str(main)] + others if main_first else others + [str(main)]):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                run, wait = (int(x) for x in f.read().split()[:2])
+            with open(f"/proc/self/task/{tid}/status") as f:
+                switches = next(int(line.split()[1]) for line in f if line.startswith("nonvoluntary_ctxt_switches"))
+        except (OSError, StopIteration, ValueError):  # the thread ended meanwhile
+            continue
+        cls = "main" if int(tid) == main else name if name in COMM_THREADS else "other"
+        total = out.setdefault(cls, [0, 0, 0])
+        for i, x in enumerate((run, wait, switches)):
+            total[i] += x
+    return out
+
+
+def interleaved_rank(cfgs, steps: int, bindings=("process",), sched: bool = False):
     """On one rank: every config's ``dist.to_static`` model built first, then ``steps`` rounds of
     one step of each in turn, each after a barrier (a load burst hits every schedule alike, as
     the other benches interleave), once per binding of ``bindings`` (more than one: the
     communication threads moved by :func:`bind_comm_threads` before each); per binding, per
-    config the step seconds, or ``{"error": ...}``."""
+    config the step seconds, or ``{"error": ...}``; with ``sched``, also ``"threads"``:
+    :func:`thread_times` per step after the first (ms, ms, count), read outside the timed step."""
+    import threading
     import time
 
     import paddle.distributed as dist
@@ -129,6 +156,7 @@ def interleaved_rank(cfgs, steps: int, bindings=("process",)):
             dm, batches = entry
             x, y = batches[step % len(batches)]
             dist.barrier()
+            before = thread_times(threading.get_native_id(), False) if sched and step else None
             start = time.perf_counter()
             try:
                 dm(x, y)
@@ -136,10 +164,22 @@ def interleaved_rank(cfgs, steps: int, bindings=("process",)):
                 result["error"] = f"{type(exc).__name__}: {exc}"[:2000]
                 continue
             result["step_seconds"].append(time.perf_counter() - start)
+            if before is not None:
+                _add_times(result, before, thread_times(threading.get_native_id(), True), steps - 1)
     if len(bindings) > 1 and not moved:
         raise RuntimeError(f"no thread named {' or '.join(COMM_THREADS)} on this rank: the bindings {bindings} "
                            "measured the same thing; run the static Engine on paddle-ext's gloo ops")
     return out
+
+
+def _add_times(result: dict, before: dict, after: dict, steps: int) -> None:
+    """Add one step's :func:`thread_times` difference to ``result["threads"]``, as per-step means."""
+    threads = result.setdefault("threads", {})
+    for cls, now in after.items():
+        was = before.get(cls, [0, 0, 0])
+        total = threads.setdefault(cls, [0.0, 0.0, 0.0])
+        for i, scale in enumerate((1e6, 1e6, 1)):
+            total[i] += (now[i] - was[i]) / scale / steps
 
 
 def bindings_of(binding: str) -> tuple:
@@ -155,7 +195,7 @@ def _launch(args, cfgs, env, binding: str) -> dict:
     if args.interleave:
         import bench_static as me  # importable by module name in the ranks
 
-        results = run_ranks(me.interleaved_rank, nproc=2, args=(cfgs, args.steps, bindings_of(binding)),
+        results = run_ranks(me.interleaved_rank, nproc=2, args=(cfgs, args.steps, bindings_of(binding), args.sched),
                             timeout=900 * len(bindings_of(binding)), pin_cpus=PIN[binding], env=env, log_dir=log_dir)
         return {b: [r[b] for r in results] for b in bindings_of(binding)}
     return {binding: run_ranks(sr.train_many, nproc=2, args=(cfgs,), timeout=600, pin_cpus=PIN[binding], env=env,
@@ -163,7 +203,9 @@ def _launch(args, cfgs, env, binding: str) -> dict:
 
 
 def measure(args) -> dict:
-    """``{binding: {schedule_mode: seconds or error text}}``: the fastest of ``args.rounds`` launches."""
+    """``{binding: {schedule_mode: seconds or error text}}``: the fastest of ``args.rounds``
+    launches; with ``--sched`` also ``{(schedule_mode, "threads"): [per rank thread_times]}`` of
+    that launch."""
     from static_profile import MALLOC_ENV
 
     cfgs = [{"schedule": mode, "layer_meshes": meshes, "acc": args.acc, "steps": args.steps,
@@ -189,6 +231,23 @@ def _keep_fastest(best: dict, results) -> None:
         seconds = max(statistics.median(r["step_seconds"][1:]) for r in per_rank)
         if not isinstance(best.get(mode), float) or seconds < best[mode]:
             best[mode] = seconds
+            best[(mode, "threads")] = [r.get("threads") for r in per_rank]
+
+
+def _threads_table(args, times: dict) -> None:
+    """``--sched``: per schedule, binding and rank, each thread class's CPU time, run-queue wait
+    (ms per step) and involuntary switches per step."""
+    classes = ("main", "other") + COMM_THREADS
+    print("\nper step: run ms / run-queue wait ms / involuntary switches, by thread (other: Paddle's executor "
+          "workers and the rest)\n\n| schedule_mode | binding | rank | step (ms) | " + " | ".join(classes) + " |")
+    print("|---|---|---|---|" + "---|" * len(classes))
+    for mode, _, _, _ in PLANS:
+        for b in bindings_of(args.binding):
+            if not isinstance(times[b].get(mode), float):
+                continue
+            for rank, threads in enumerate(times[b][(mode, "threads")]):
+                cells = " | ".join("/".join(f"{x:.1f}" for x in threads.get(c, (0, 0, 0))) for c in classes)
+                print(f"| {mode} | {b} | {rank} | {1000 * times[b][mode]:.1f} | {cells} |")
 
 
 def _profiles(args) -> dict:
@@ -244,6 +303,8 @@ def main(argv=None) -> int:
                              "threads free; both: the two, in one launch with --interleave")
     parser.add_argument("--glibc-default", action="store_true",
                         help="run the ranks with glibc's default malloc (no static_profile.MALLOC_ENV)")
+    parser.add_argument("--sched", action="store_true",
+                        help="with --interleave: each thread class's CPU time and run-queue wait per step (schedstat)")
     parser.add_argument("--unit", action="store_true", help="predict with unit costs, without a profile")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = parser.parse_args(argv)
@@ -257,6 +318,8 @@ def main(argv=None) -> int:
           f"{'unit' if args.unit else 'profiled'} costs; load average (1 min) {start_load[0]:.2f} at the start, "
           f"{os.getloadavg()[0]:.2f} at the end")
     _table(args, times, profiles)
+    if args.sched and args.interleave:
+        _threads_table(args, times)
     return 0
 
 
