@@ -2,7 +2,7 @@
 the simulator's prediction for the same schedule.
 
     python tools/bench_static.py [--hidden 256] [--acc 8] [--steps 6] [--rounds 1] [--unit] [--markdown]
-                                 [--binding process|compute|both]
+                                 [--binding process|compute|both] [--sched]
 
 One launch trains a 4-block MLP (2 stages; VPP and ZB-V put 1 block per chunk) under each
 schedule in turn, each rank's compute bound to its own CPU (unbound, a rank's kernels spread
@@ -12,10 +12,13 @@ binds every thread of a rank (``run_ranks(pin_cpus=True)``), ``compute`` the com
 (``pin_cpus="compute"``: the static gloo send thread and gloo's I/O threads free on both
 CPUs, so a message need not wait for its sender's compute), ``both`` measures the two in one
 launch (``--interleave``: each step of each schedule runs once with the communication threads
-on the rank's CPU and once free; the profile runs once per binding). A step's time is measured around ``DistModel.__call__``, the first step
-(program build, first-use allocations) left out, and the median of the rest is kept (the slower
-rank's); with ``--rounds R`` the launch runs R times and each schedule keeps its fastest round
-(the machine's other load only ever adds time).
+on the rank's CPU and once free; the profile runs once per binding); ``--sched`` adds each
+thread class's CPU time and run-queue wait per step. The default is ``process``: freeing the
+communication threads made no schedule faster (docs/static_engine.md, "Third pass"). A step's
+time is measured around ``DistModel.__call__``, the first step (program build, first-use
+allocations) left out, and the median of the rest is kept (the slower rank's); with ``--rounds
+R`` the launch runs R times and each schedule keeps its fastest round (the machine's other load
+only ever adds time).
 
 The prediction is :func:`paddle_ext.passes.static.job_model.simulate_static`'s makespan over
 FThenB's: the schedule as the Engine runs it (jobs merged as the pass merges them, Paddle's own

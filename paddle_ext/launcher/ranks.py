@@ -151,7 +151,8 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
     ``pin_cpus="compute"`` binds the compute only: the rank's main thread and the threads it
     starts (Paddle's executor workers) as ``True`` does, while paddle-ext's communication
     threads (the static gloo send thread, the gloo I/O threads of the static Engine's
-    communicators) run on every CPU of this process's allowed set.
+    communicators) run on every CPU of this process's allowed set (with two ranks on two busy
+    CPUs that made no schedule faster: docs/static_engine.md, "Third pass").
     """
     module, name = _check_call(fn, nproc, teardown, pin_cpus)
     work = Path(tempfile.mkdtemp(prefix="paddle_ext_ranks_"))
