@@ -32,6 +32,9 @@ from paddle_ext.passes.static.program_split import result_users
 __all__ = ["BackwardSplit", "split_matmul_grads", "classify_backward"]
 
 BACKWARD, OPTIMIZE = 1, 2
+#: write a split weight gradient straight into its gradient-merge buffer (one ``addmm_`` in place of
+#: a matmul into a fresh temporary and an ``add_``); False keeps the matmul and the ``add_``
+FUSE_GRAD_MERGE = True
 COMM_OPS = frozenset({"pd_op.send_v2", "pd_op.recv_v2", "pd_op.all_reduce", "pd_op.all_reduce_",
                       "pd_op.all_gather", "pd_op.broadcast", "pd_op.broadcast_", "pd_op.reduce_scatter"})
 
@@ -70,6 +73,7 @@ def split_matmul_grads(program) -> int:
             continue
         trans_y = bool(attrs.get("transpose_y"))
         chunk = op.attrs().get("chunk_id", -1) if op.has_attr("chunk_id") else -1
+        merge_add = _grad_merge_add_of(dy) if FUSE_GRAD_MERGE else None
         with paddle.static.program_guard(program):
             set_insertion_point(op)
             ops = pir_ops()
@@ -78,8 +82,16 @@ def split_matmul_grads(program) -> int:
             flat = len(x.shape) == 2 and len(dout.shape) == 2  # already 2-D: no reshape ops to run
             x2 = x if flat else ops.reshape(x, [-1, k])
             d2 = dout if flat else ops.reshape(dout, [-1, n])
-            new_dy = ops.matmul(d2, x2, True, False) if trans_y else ops.matmul(x2, d2, True, False)
-        for value in (new_dx, new_dy) if flat else (new_dx, x2, d2, new_dy):
+            if merge_add is None:
+                new_dy = ops.matmul(d2, x2, True, False) if trans_y else ops.matmul(x2, d2, True, False)
+                made = [new_dy]
+            else:  # accumulate straight into the gradient-merge buffer: acc = acc + left^T @ right
+                set_insertion_point(merge_add)
+                left, right = (d2, x2) if trans_y else (x2, d2)
+                left_t = ops.transpose(left, [1, 0])
+                new_dy = ops.addmm_(merge_add.operand_source(0), left_t, right, 1.0, 1.0)
+                made = [left_t, new_dy]
+        for value in [new_dx] + ([] if flat else [x2, d2]) + made:
             new = value.get_defining_op()
             new.op_role = BACKWARD
             new.set_int_attr("chunk_id", chunk)
@@ -90,10 +102,24 @@ def split_matmul_grads(program) -> int:
                     src.op_role = BACKWARD
                     src.set_int_attr("chunk_id", chunk)
         dx.replace_all_uses_with(new_dx)
-        dy.replace_all_uses_with(new_dy)
+        if merge_add is None:
+            dy.replace_all_uses_with(new_dy)
+        else:
+            new_dy.get_defining_op().set_bool_attr("grad_merge_add", True)
+            merge_add.result(0).replace_all_uses_with(new_dy)
+            merge_add.erase()
         op.erase()
         count += 1
     return count
+
+
+def _grad_merge_add_of(value):
+    """The gradient-merge ``add_(buffer, value)`` that is ``value``'s only use, or None."""
+    users = value.all_used_ops()
+    if len(users) != 1 or users[0].name() != "pd_op.add_" or not _is_grad_merge(users[0]):
+        return None
+    add = users[0]
+    return add if add.operand_source(1).is_same(value) and not add.operand_source(0).is_same(value) else None
 
 
 def _is_grad_merge(op) -> bool:
