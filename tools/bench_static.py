@@ -2,7 +2,7 @@
 the simulator's prediction for the same schedule.
 
     python tools/bench_static.py [--hidden 256] [--acc 8] [--steps 6] [--rounds 1] [--unit] [--markdown]
-                                 [--binding process|compute|both] [--sched]
+                                 [--binding process|compute|both] [--sched] [--unfused]
 
 One launch trains a 4-block MLP (2 stages; VPP and ZB-V put 1 block per chunk) under each
 schedule in turn, each rank's compute bound to its own CPU (unbound, a rank's kernels spread
@@ -13,7 +13,9 @@ binds every thread of a rank (``run_ranks(pin_cpus=True)``), ``compute`` the com
 CPUs, so a message need not wait for its sender's compute), ``both`` measures the two in one
 launch (``--interleave``: each step of each schedule runs once with the communication threads
 on the rank's CPU and once free; the profile runs once per binding); ``--sched`` adds each
-thread class's CPU time and run-queue wait per step. The default is ``process``: freeing the
+thread class's CPU time and run-queue wait per step; ``--unfused`` adds ZBH1 and ZBV
+rows with the split's weight gradient added to its gradient-merge buffer by a separate ``add_``
+(as before the split wrote it with one ``addmm_``; docs/static_engine.md, "Fourth pass"). The default is ``process``: freeing the
 communication threads made no schedule faster (docs/static_engine.md, "Third pass"). A step's
 time is measured around ``DistModel.__call__``, the first step (program build, first-use
 allocations) left out, and the median of the rest is kept (the slower rank's); with ``--rounds
@@ -47,6 +49,16 @@ PLANS = [
     ("ZBH1", "ZBH1", [0, 0, 1, 1], 1),
     ("ZBV", "ZBV", [0, 1, 1, 0], 2),
 ]
+
+
+#: ``--unfused``: the split schedules again with each weight gradient written to a temporary and
+#: added to its gradient-merge buffer by a separate ``add_`` (``bw_split.FUSE_GRAD_MERGE`` off)
+UNFUSED = [("ZBH1 unfused", "ZBH1", [0, 0, 1, 1], 1), ("ZBV unfused", "ZBV", [0, 1, 1, 0], 2)]
+
+
+def plans(args) -> list:
+    """The rows this run measures: :data:`PLANS`, and :data:`UNFUSED` with ``--unfused``."""
+    return PLANS + (UNFUSED if getattr(args, "unfused", False) else [])
 
 
 PADDLE_PASSES = ("FThenB", "1F1B", "VPP")  # Paddle's own passes: messages inside the compute jobs
@@ -129,6 +141,7 @@ def interleaved_rank(cfgs, steps: int, bindings=("process",), sched: bool = Fals
     import paddle.distributed as dist
     import paddle_ext
     import static_ranks as sr
+    from paddle_ext.passes.static import bw_split
     from paddle_ext.passes.static.passes import install_static
 
     dist.init_parallel_env()
@@ -136,6 +149,7 @@ def interleaved_rank(cfgs, steps: int, bindings=("process",), sched: bool = Fals
     install_static()
     models, out = [], {b: [] for b in bindings}
     for cfg in cfgs:
+        bw_split.FUSE_GRAD_MERGE = cfg.get("fuse_grad_merge", True)
         try:
             net, opt, loader, loss_fn, strategy = sr._build(cfg)
             dist.barrier()
@@ -211,8 +225,10 @@ def measure(args) -> dict:
     that launch."""
     from static_profile import MALLOC_ENV
 
-    cfgs = [{"schedule": mode, "layer_meshes": meshes, "acc": args.acc, "steps": args.steps,
-             "vpp": chunks, "hidden": args.hidden, "batch": 4 * args.acc} for mode, _, meshes, chunks in PLANS]
+    cfgs = [{"schedule": mode.split()[0], "layer_meshes": meshes, "acc": args.acc, "steps": args.steps,
+             "vpp": chunks, "hidden": args.hidden, "batch": 4 * args.acc, **({"fuse_grad_merge": False}
+                                                                             if mode.endswith(" unfused") else {})}
+            for mode, _, meshes, chunks in plans(args)]
     env = None if args.glibc_default else MALLOC_ENV
     # both bindings without --interleave: one launch each per round
     launches = [args.binding] if args.interleave or args.binding != "both" else ["process", "compute"]
@@ -220,12 +236,12 @@ def measure(args) -> dict:
     for _ in range(args.rounds):
         for launch in launches:
             for binding, results in _launch(args, cfgs, env, launch).items():
-                _keep_fastest(best[binding], results)
+                _keep_fastest(best[binding], results, plans(args))
     return best
 
 
-def _keep_fastest(best: dict, results) -> None:
-    for i, (mode, _, _, _) in enumerate(PLANS):
+def _keep_fastest(best: dict, results, rows) -> None:
+    for i, (mode, _, _, _) in enumerate(rows):
         per_rank = [r[i] for r in results]
         errors = [r["error"] for r in per_rank if "error" in r]
         if errors:
@@ -244,7 +260,7 @@ def _threads_table(args, times: dict) -> None:
     print("\nper step: run ms / run-queue wait ms / involuntary switches, by thread (other: Paddle's executor "
           "workers and the rest)\n\n| schedule_mode | binding | rank | step (ms) | " + " | ".join(classes) + " |")
     print("|---|---|---|---|" + "---|" * len(classes))
-    for mode, _, _, _ in PLANS:
+    for mode, _, _, _ in plans(args):
         for b in bindings_of(args.binding):
             if not isinstance(times[b].get(mode), float):
                 continue
@@ -272,23 +288,25 @@ def _profiles(args) -> dict:
 
 
 def _table(args, times: dict, profiles: dict) -> None:
-    """Per schedule and binding: step time, measured / FThenB, simulated / FThenB."""
+    """Per schedule and binding: step time, measured / FThenB, simulated / FThenB (none for the
+    ``--unfused`` rows: the profile measures the split as the pass makes it, fused)."""
     bindings = bindings_of(args.binding)
     cells = {}
     for b in bindings:
-        rows = [(mode, times[b][mode], predicted(mode, schedule, meshes, 2, args.acc, chunks, profiles[b]))
-                for mode, schedule, meshes, chunks in PLANS]
+        rows = [(mode, times[b][mode], None if mode in dict((u[0], u) for u in UNFUSED) else
+                 predicted(mode, schedule, meshes, 2, args.acc, chunks, profiles[b]))
+                for mode, schedule, meshes, chunks in plans(args)]
         base_t, base_p = rows[0][1], rows[0][2]
         for mode, t, p in rows:
             ok = isinstance(t, float) and isinstance(base_t, float)
-            cells[(mode, b)] = (f"{1000 * t:.1f} | {t / base_t:.2f} | {p / base_p:.2f}" if ok
-                                else f"failed: {t} | | ")
+            sim = "–" if p is None else f"{p / base_p:.2f}"
+            cells[(mode, b)] = (f"{1000 * t:.1f} | {t / base_t:.2f} | {sim}" if ok else f"failed: {t} | | ")
     columns = " | ".join(f"{b}: step (ms) | measured / FThenB | simulated / FThenB" for b in bindings)
     if args.markdown:
         print(f"\n| schedule_mode | {columns} |\n|---|" + "---|---|---|" * len(bindings))
     else:
         print(f"{'schedule':10s} {columns}")
-    for mode, _, _, _ in PLANS:
+    for mode, _, _, _ in plans(args):
         row = " | ".join(cells[(mode, b)] for b in bindings)
         print(f"| {mode} | {row} |" if args.markdown else f"{mode:10s} {row}")
 
@@ -309,8 +327,13 @@ def main(argv=None) -> int:
     parser.add_argument("--sched", action="store_true",
                         help="with --interleave: each thread class's CPU time and run-queue wait per step (schedstat)")
     parser.add_argument("--unit", action="store_true", help="predict with unit costs, without a profile")
+    parser.add_argument("--unfused", action="store_true",
+                        help="with --interleave: also ZBH1 and ZBV with the weight gradient added to its gradient-merge "
+                             "buffer by a separate add_ (bw_split.FUSE_GRAD_MERGE off), as before the addmm_")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = parser.parse_args(argv)
+    if args.unfused and not args.interleave:
+        parser.error("--unfused needs --interleave (the flag is set in the ranks before each model is built)")
 
     start_load = os.getloadavg()
     profiles = _profiles(args)

@@ -1,7 +1,9 @@
 """Profile the static Engine's jobs: what ``tools/bench_static.py`` gives the simulator.
 
 One 2-rank launch trains the benchmark's MLP with one job per action (no merge) under two
-schedules in turn, ``paddle.profiler`` on for the steps after the second: ZBV (backward split
+schedules, one step of each in turn (so that a change in the machine's other load hits both alike:
+the split backward of one and the full backward of the other are compared from the same
+seconds), ``paddle.profiler`` on for the rounds after the second: ZBV (backward split
 into I and W; layer meshes [0, 1, 1, 0]) and paddle-ext's VPP (``IR_VPP``, full backward; layer
 meshes [0, 1, 0, 1]); both run one block per stage. Paddle's executor records one event per job
 (``<job type>-<micro-batch>``) and one per op, so for every job: its time, the time of the ops
@@ -59,9 +61,11 @@ _OP = re.compile(r"^(pd_op|custom_op)\.[a-z_0-9]+\[")
 
 
 def profile_rank(cfgs, out_dir: str) -> list:
-    """Rank function: train each of ``cfgs`` in turn with one job per action, profile its steps
-    after the second, write this rank's Chrome trace to ``out_dir``; per config its path and
-    the step times."""
+    """Rank function: build each of ``cfgs``' models (one job per action), then step them in turn
+    (one step of each per round, after a barrier: a burst of other load hits every schedule
+    alike), ``paddle.profiler`` on from the third round, each step inside a profiler event
+    named :func:`window`; write this rank's Chrome trace to ``out_dir``; per config the trace's
+    path, its window's name and the step times."""
     import paddle.distributed as dist
     import paddle.profiler as profiler
 
@@ -73,35 +77,58 @@ def profile_rank(cfgs, out_dir: str) -> list:
     paddle_ext.install()
     static_passes.install_static()
     static_passes.MERGE_JOBS = False
-    out = []
+    models = []
     for cfg in cfgs:
         net, opt, loader, loss_fn, strategy = sr._build(cfg)
         dist.barrier()
         dm = dist.to_static(net, loader, loss_fn, opt, strategy=strategy)
         dm.train()
-        prof, times = None, []
-        for step, (x, y) in enumerate(loader()):
-            if step >= cfg["steps"]:
-                break
-            if step == 2:
-                prof = profiler.Profiler(targets=[profiler.ProfilerTarget.CPU])
-                prof.start()
+        models.append((dm, [b for _, b in zip(range(cfg["steps"]), loader())], []))
+    prof = profiler.Profiler(targets=[profiler.ProfilerTarget.CPU])
+    for step in range(max(cfg["steps"] for cfg in cfgs)):
+        if step == 2:
+            prof.start()
+        for cfg, (dm, batches, times) in zip(cfgs, models):
+            x, y = batches[step % len(batches)]
             dist.barrier()
             start = time.perf_counter()
-            dm(x, y)
+            with profiler.RecordEvent(window(cfg)):
+                dm(x, y)
             times.append(time.perf_counter() - start)
-        prof.stop()
-        path = os.path.join(out_dir, f"trace_{cfg['schedule']}_{dist.get_rank()}.json")
-        prof.export(path, format="json")
-        out.append({"trace": path, "step_seconds": times})
+    prof.stop()
+    path = os.path.join(out_dir, f"trace_{dist.get_rank()}.json")
+    prof.export(path, format="json")
+    return [{"trace": path, "window": window(cfg), "step_seconds": times} for cfg, (_, _, times) in zip(cfgs, models)]
+
+
+def window(cfg) -> str:
+    """The name of the profiler event around each step of config ``cfg``."""
+    return f"profiled_step:{cfg['schedule']}"
+
+
+def _in_windows(events, name: str) -> list:
+    """The events that start inside an event called ``name`` (all of them when ``name`` is None)."""
+    if name is None:
+        return events
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].split("[")[0] == name)
+    if not spans:
+        raise ValueError(f"no profiler event {name!r} in the trace: the steps were not profiled")
+    starts = [lo for lo, _ in spans]
+    out = []
+    for e in events:
+        i = bisect.bisect_right(starts, e["ts"]) - 1
+        if i >= 0 and e["ts"] <= spans[i][1]:
+            out.append(e)
     return out
 
 
-def job_times(trace_path: str) -> dict:
-    """``{(kind, chunk): [(job us, ops us), ...]}`` and ``"send"``: [send op us] from a trace."""
+def job_times(trace_path: str, name: str = None) -> dict:
+    """``{(kind, chunk): [(job us, ops us), ...]}`` and ``"send"``: [send op us] from a trace,
+    from the steps inside the profiler events called ``name`` (:func:`window`) when given."""
     with open(trace_path, encoding="utf-8") as f:
         data = json.load(f)
-    events = [e for e in (data["traceEvents"] if isinstance(data, dict) else data) if e.get("ph") == "X"]
+    events = _in_windows([e for e in (data["traceEvents"] if isinstance(data, dict) else data) if e.get("ph") == "X"],
+                         name)
     ops = sorted((e for e in events if _OP.match(e["name"])), key=lambda e: e["ts"])
     starts = [o["ts"] for o in ops]
     out: dict = {"send": [o["dur"] for o in ops if "gloo_send" in o["name"]], "messages": {},
@@ -208,7 +235,8 @@ def profile(hidden: int, acc: int, steps: int = 10, timeout: int = 600, env=None
             dict(common, schedule="IR_VPP", layer_meshes=[0, 1, 0, 1])]
     results = run_ranks(me.profile_rank, nproc=2, args=(cfgs, out_dir), timeout=timeout, pin_cpus=PIN[binding],
                         env=env, log_dir=os.path.join(out_dir, "logs"))
-    return costs_from([job_times(r[0]["trace"]) for r in results], [job_times(r[1]["trace"]) for r in results])
+    return costs_from([job_times(r[0]["trace"], r[0]["window"]) for r in results],
+                      [job_times(r[1]["trace"], r[1]["window"]) for r in results])
 
 
 def main(argv=None) -> int:
