@@ -24,9 +24,14 @@ void PutInts(std::string* key, const V& values) {
   for (auto v : values) Put(key, static_cast<int64_t>(v));
 }
 
-void PutMesh(std::string* key, const ProcessMesh& mesh) {
+// A mesh's shape and process ids (what a plan reads of it).
+void PutMeshRanks(std::string* key, const ProcessMesh& mesh) {
   PutInts(key, mesh.shape());
   PutInts(key, mesh.process_ids());
+}
+
+void PutMesh(std::string* key, const ProcessMesh& mesh) {
+  PutMeshRanks(key, mesh);
   Put(key, static_cast<int64_t>(mesh.dim_names().size()));
   for (const auto& name : mesh.dim_names()) {
     Put(key, static_cast<int64_t>(name.size()));
@@ -58,6 +63,18 @@ bool PutPlacement(std::string* key, const phi::distributed::Placement& p) {
   return true;
 }
 
+// The DistTensor behind a Python object, or nullptr (not a Tensor, or a dense one).
+const DistTensor* DistOf(PyObject* obj) {
+  if (!paddle::pybind::PyCheckTensor(obj)) return nullptr;
+  phi::TensorBase* impl = reinterpret_cast<paddle::pybind::TensorObject*>(obj)->tensor.impl().get();
+  return impl != nullptr && DistTensor::classof(impl) ? static_cast<const DistTensor*>(impl) : nullptr;
+}
+
+void PutDims(std::string* key, const phi::DDim& dims) {
+  Put(key, dims.size());
+  for (int k = 0; k < dims.size(); ++k) Put(key, dims[k]);
+}
+
 // (key bytes, no input requires grad) for a list or tuple of DistTensors on one mesh, else None.
 py::object FastKey(py::handle slots) {
   PyObject* seq = slots.ptr();
@@ -71,11 +88,8 @@ py::object FastKey(py::handle slots) {
   bool no_grad = true;
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* obj = items[i];
-    if (!paddle::pybind::PyCheckTensor(obj)) return py::none();
-    const paddle::Tensor& t = reinterpret_cast<paddle::pybind::TensorObject*>(obj)->tensor;
-    phi::TensorBase* impl = t.impl().get();
-    if (impl == nullptr || !DistTensor::classof(impl)) return py::none();
-    const auto* d = static_cast<const DistTensor*>(impl);
+    const DistTensor* d = DistOf(obj);
+    if (d == nullptr) return py::none();
     const ProcessMesh& mesh = d->process_mesh();
     if (first == nullptr) {
       first = &mesh;
@@ -83,9 +97,7 @@ py::object FastKey(py::handle slots) {
     } else if (!SameMesh(*first, mesh)) {
       return py::none();
     }
-    const auto& dims = d->dims();
-    Put(&key, dims.size());
-    for (int k = 0; k < dims.size(); ++k) Put(&key, dims[k]);
+    PutDims(&key, d->dims());
     const auto& placements = d->placements();
     Put(&key, static_cast<int64_t>(placements.size()));
     for (const auto& p : placements) {
@@ -103,19 +115,12 @@ py::object FastKey(py::handle slots) {
 // DistTensor's mesh (shape and process ids; dim names are labels a plan does not read), global
 // dims, dtype and placements. TypeError for anything else, so the caller takes its full path.
 py::bytes ReshardSourceKey(py::handle x) {
-  PyObject* obj = x.ptr();
-  if (!paddle::pybind::PyCheckTensor(obj)) throw py::type_error("paddle-ext reshard key: not a Tensor");
-  const paddle::Tensor& t = reinterpret_cast<paddle::pybind::TensorObject*>(obj)->tensor;
-  phi::TensorBase* impl = t.impl().get();
-  if (impl == nullptr || !DistTensor::classof(impl)) throw py::type_error("paddle-ext reshard key: not a DistTensor");
-  const auto* d = static_cast<const DistTensor*>(impl);
+  const DistTensor* d = DistOf(x.ptr());
+  if (d == nullptr) throw py::type_error("paddle-ext reshard key: not a DistTensor");
   std::string key;
   key.reserve(160);
-  PutInts(&key, d->process_mesh().shape());
-  PutInts(&key, d->process_mesh().process_ids());
-  const auto& dims = d->dims();
-  Put(&key, dims.size());
-  for (int k = 0; k < dims.size(); ++k) Put(&key, dims[k]);
+  PutMeshRanks(&key, d->process_mesh());
+  PutDims(&key, d->dims());
   Put(&key, static_cast<int64_t>(d->dtype()));
   const auto& placements = d->placements();
   Put(&key, static_cast<int64_t>(placements.size()));

@@ -44,8 +44,8 @@ from ..placements import Partial, Replicate, Shard
 from . import dygraph
 from .layout import Geometry, coord_in, relative
 from .paddle_backend import GATHER_DTYPES, PaddleBackend
-from .per_rank import execute
 from .fast_exchange import GATHER_BELOW, exchange_runner
+from .per_rank import execute
 from .planner import plan_reshard
 from .route import GROUPS, NATIVE_LISTENERS, SAVED, even, group_for, note_no_parallel_env, route
 

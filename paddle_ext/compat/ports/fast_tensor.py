@@ -11,6 +11,7 @@ place, global shape and placements.
 """
 from __future__ import annotations
 
+from math import prod
 from operator import attrgetter
 from types import SimpleNamespace
 
@@ -37,10 +38,7 @@ def _build():
 
     def output(shape, dtype, itemsize: int):
         """A fresh result tensor: ``empty`` when small, else into huge pages (:func:`.buffers.fresh`)."""
-        n = itemsize
-        for s in shape:
-            n *= s
-        return empty(shape, dtype) if n < MIN_BYTES else fresh(paddle, shape, dtype)
+        return empty(shape, dtype) if prod(shape) * itemsize < MIN_BYTES else fresh(paddle, shape, dtype)
 
     def take(x, axis: int, start: int, stop: int):
         """A fresh contiguous copy of ``x[start:stop]`` along ``axis`` (never a view of ``x``)."""
