@@ -62,6 +62,10 @@ def _profile(args, model, out: Path):
         data = build_profile(gemms, args.nproc, model.config.get("profile_config", model.config),
                              timeout=args.timeout, imports=RUNNER_IMPORTS.get(args.model, ()),
                              model="demo" if user else args.model)
+        if args.engine == "static":
+            from ..plan.profile_static import measure_static_engine
+
+            data["static_engine"] = measure_static_engine(timeout=args.timeout)
     (out / "profile.json").write_text(json.dumps(data, indent=1))
     return Profile.from_json(data, str(out / "profile.json"))
 
@@ -210,6 +214,12 @@ def run(args) -> int:
             from ..errors import PaddleExtError
 
             raise PaddleExtError(f"{flag} {value}: with --run it must be at least {least} ({why})")
+    if args.engine == "static" and (args.run or args.emit):
+        from ..errors import PaddleExtError
+
+        raise PaddleExtError(f"--engine static ranks plans for dist.to_static; {'--run' if args.run else '--emit'} "
+                             f"runs or writes them for paddle-ext's dygraph runtime: drop it, or plan with --engine "
+                             f"dygraph (a static plan is measured by tools/bench_static.py)")
     overridden = [k for k in ("layers", "hidden", "heads", "seq", "vocab", "ffn") if getattr(args, k) is not None]
     if args.run and args.model != "demo" and overridden:
         from ..errors import PaddleExtError
@@ -222,12 +232,13 @@ def run(args) -> int:
     profile = _profile(args, model, out)
     schedules = _schedules(args.schedules)
     if trace is None:
-        result = search(model, profile, args.nproc, limit, nodes=args.nodes, batch=batch, schedules=schedules)
+        result = search(model, profile, args.nproc, limit, nodes=args.nodes, batch=batch, schedules=schedules,
+                        engine=args.engine)
     else:   # the user's model: without sequence-parallel plans (plan/emit.py says why)
         from ..plan.user_plan import emit_plan, search_user_model
 
         result = search_user_model(trace, profile, args.nproc, limit, nodes=args.nodes, batch=batch,
-                                   schedules=schedules)
+                                   schedules=schedules, engine=args.engine)
     doc = to_json(result, args.top if not args.json else max(args.top, 20))
     doc["model"] = {k: v for k, v in model.to_json().items() if k != "layers"}
     doc["profile"] = profile.data.get("source")
@@ -242,7 +253,8 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(doc, indent=1))
         return 0
-    print(f"paddle-ext plan: {model.name} ({model.n_layers} layers, hidden {model.hidden}) on {args.nproc} ranks: "
+    print(f"paddle-ext plan: {model.name} ({model.n_layers} layers, hidden {model.hidden}) on {args.nproc} ranks"
+          + (" in the static Engine" if args.engine == "static" else "") + ": "
           f"{doc['candidates']} candidate plans in {doc['search_s']:.2f} s, {doc['feasible']} within the memory limit"
           + (f" ({doc['merged']} of them the same plan as a better-ranked one under another schedule name, "
              f"shown as '(= ...)')" if doc.get("merged") else ""))
@@ -279,6 +291,10 @@ def register(subparsers) -> None:
     parser.add_argument("--nodes", type=int, default=None,
                         help="nodes the ranks span (default: nproc / the profile's ranks_per_node, else 1); groups "
                              "across nodes use the profile's inter_node figures")
+    parser.add_argument("--engine", choices=("dygraph", "static"), default="dygraph",
+                        help="what runs the plans: dygraph (paddle-ext's pipeline runtime, the default) or static "
+                             "(dist.to_static with install(static_engine=True): each pipeline simulated as the "
+                             "static Engine runs its jobs, from the profile's static_engine section)")
     parser.add_argument("--schedules", default=None,
                         help="pipeline schedules to consider, comma-separated (default: every schedule)")
     parser.add_argument("--top", type=int, default=DEFAULT_TOP, help=f"plans shown (default {DEFAULT_TOP})")

@@ -32,6 +32,7 @@ from .memory import local_param_shape, state_bytes
 from .model_desc import ModelDesc
 from .profile_data import Profile
 from .stage_cost import CommCost, StageCost, reshard_bytes, stage_costs, stage_layers
+from .static_engine_cost import StaticRuntime, static_simulate
 
 
 @dataclass
@@ -207,14 +208,27 @@ def _stage_times(stages: List[StageCost]) -> tuple:
                   round(s.full_backward, 12)) for s in stages)
 
 
+def _pipeline(c: Candidate, stages: List[StageCost], act: tuple, latency: float,
+              static: Optional[StaticRuntime]) -> Tuple[float, tuple]:
+    """``(makespan, busy per rank)`` of the plan's pipeline: the dygraph runtime's simulation, or
+    the static Engine's (``static``: its jobs, messages and hand-off, the ``latency`` given)."""
+    if static is None:
+        return _simulate(c.schedule, c.pp, c.microbatches, c.chunks, _stage_times(stages), act, latency)[:2]
+    return static_simulate(c.schedule, c.pp, c.microbatches, c.chunks, _stage_times(stages), static,
+                           latency - static.latency_s)
+
+
 def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: int = 0,
-            memo: Optional[dict] = None, lower_bound: bool = False) -> Prediction:
+            memo: Optional[dict] = None, lower_bound: bool = False,
+            static: Optional[StaticRuntime] = None) -> Prediction:
     """Step time, its parts and the peak memory per rank of plan ``c`` (see the module docstring);
     ``memo``: a dict shared by the predictions of one search (same model and profile). With
     ``lower_bound``, a pipeline plan is neither built nor simulated: its step is the least finish
     of any rank (:func:`_least_finish`) and its activations one microbatch of its largest stage, both
     lower bounds (``simulated=False``). Compute is stretched by :func:`contention` (a pipeline's
-    utilization from a first, uncontended simulation; none in a lower bound)."""
+    utilization from a first, uncontended simulation; none in a lower bound). With ``static`` (the
+    profile's static Engine runtime; ``profile`` then :func:`~.static_engine_cost.static_view`'s),
+    the pipeline is simulated as the static Engine runs its jobs (:mod:`.static_engine_cost`)."""
     memo = {} if memo is None else memo
     comm = CommCost(profile, c, ranks_per_node or c.world_size)
     stages: List[StageCost] = stage_costs(model, c, profile, comm, memo, contention(c, profile) if c.pp == 1 else 1.0)
@@ -229,6 +243,9 @@ def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: in
         act = tuple(float(s.activation_bytes) for s in stages)
         msg = c.microbatch_samples * model.seq * model.hidden * itemsize / (c.tp if c.sp else 1)
         latency = comm.time("p2p", 2, msg, "pp")
+        if static is not None:  # the Engine's hand-off, then the bytes at the p2p line's rate
+            wire = profile.collective_line("p2p", 2, comm.inter_node("pp"))[1] * msg
+            latency = static.latency_s + wire
         if lower_bound:  # no schedule built: stages by placement, one live microbatch at least
             rank_stages = [placed_stages(c.schedule, r, c.pp, c.chunks) for r in range(c.pp)]
             act_peaks = [max(act[s] for s in ids) for ids in rank_stages]
@@ -237,8 +254,7 @@ def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: in
             rank_stages = [on_rank[r] for r in sorted(on_rank)]
             act_peaks = list(live_activation_peaks(c.schedule, c.pp, c.microbatches, c.chunks, act))
             if profile.host_cores():
-                makespan, sim_busy, _, _ = _simulate(c.schedule, c.pp, c.microbatches, c.chunks, _stage_times(stages),
-                                                     act, latency)
+                makespan, sim_busy = _pipeline(c, stages, act, latency, static)
                 k = contention(c, profile, sum(sim_busy) / (len(sim_busy) * makespan)) if makespan else 1.0
                 if k > 1.0:
                     stages = stage_costs(model, c, profile, comm, memo, k)
@@ -270,8 +286,7 @@ def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: in
     parts["loss sync"] = comm.time("all_reduce", c.world_size, 4, "world")
     simulated = c.pp == 1 or not lower_bound
     if c.pp > 1 and simulated:
-        makespan, sim_busy, _, _ = _simulate(c.schedule, c.pp, c.microbatches, c.chunks, _stage_times(stages), act,
-                                             latency)
+        makespan, sim_busy = _pipeline(c, stages, act, latency, static)
         parts["pipeline bubble"] = makespan - max(sim_busy)
         pipeline = makespan
     step = pipeline + tail + parts["loss sync"]

@@ -25,6 +25,7 @@ from .model_desc import ModelDesc
 from .predict import Prediction, predict, schedule_signature
 from .profile_data import COLLECTIVE_KINDS, Profile, check_profile_covers
 from .stage_cost import CommCost, local_gemm
+from .static_engine_cost import PADDLE_PASSES, check_engine, static_runtime, static_view
 
 
 @dataclass
@@ -35,6 +36,7 @@ class SearchResult:
     infeasible: int
     memory_limit: Optional[int]
     merged: int = 0                  # feasible plans folded into an equal one's ``same_as``
+    engine: str = "dygraph"          # what runs the plans: paddle-ext's dygraph runtime or the static Engine
 
 
 def requirements(model: ModelDesc, cands, ranks_per_node: int):
@@ -59,7 +61,7 @@ def requirements(model: ModelDesc, cands, ranks_per_node: int):
 
 def search(model_desc: ModelDesc, profile: Profile, nproc: int, memory=None, *, nodes: Optional[int] = None,
            batch: Optional[int] = None, schedules=None, max_microbatches: int = 64,
-           exact: int = 50) -> SearchResult:
+           exact: int = 50, engine: str = "dygraph") -> SearchResult:
     """Every plan of ``model_desc`` on ``nproc`` ranks (``nodes`` nodes of ``nproc / nodes`` ranks;
     by default ``nproc / ranks_per_node`` of the profile, else 1), predicted with ``profile``,
     those within ``memory`` (bytes or ``"2GiB"``; None: no limit) ranked fastest first, one row
@@ -68,7 +70,13 @@ def search(model_desc: ModelDesc, profile: Profile, nproc: int, memory=None, *, 
     keeps its lower bounds of step and memory (``Prediction.simulated`` False). Named errors
     before the search: :class:`~.errors.MemoryUnitError`, :class:`~.errors.MeshFactorError`,
     :class:`~.errors.ProfileError`; after it, :class:`~.errors.NoFeasiblePlanError` when no plan
-    fits the limit."""
+    fits the limit. ``engine``: ``"dygraph"`` (paddle-ext's pipeline runtime) or ``"static"``
+    (``dist.to_static`` with ``install(static_engine=True)``: the profile's ``static_engine``
+    section, :mod:`.static_engine_cost`)."""
+    check_engine(engine)
+    static = static_runtime(profile) if engine == "static" else None
+    if static is not None:
+        profile = static_view(profile)
     limit = parse_memory(memory) if memory is not None else None
     if nodes is None:  # a profile of a multi-node machine says how many ranks a node holds
         per_node = int(profile.data.get("ranks_per_node") or nproc)
@@ -85,7 +93,7 @@ def search(model_desc: ModelDesc, profile: Profile, nproc: int, memory=None, *, 
     memo: dict = {}
     # branch and bound: every plan's lower bound first (a pipeline neither built nor simulated),
     # then, in bound order, exact predictions while a plan can still enter the best ``exact``
-    bounds = sorted((predict(model_desc, c, profile, rpn, memo, lower_bound=True) for c in cands),
+    bounds = sorted((predict(model_desc, c, profile, rpn, memo, lower_bound=True, static=static) for c in cands),
                     key=lambda p: p.step_s)
     feasible, best, infeasible, checked, distinct = [], [], [], 0, set()
     for p in bounds:
@@ -94,38 +102,41 @@ def search(model_desc: ModelDesc, profile: Profile, nproc: int, memory=None, *, 
             continue
         threshold = best[exact - 1] if len(best) >= exact else float("inf")
         if not p.simulated and p.step_s <= threshold:
-            p = predict(model_desc, p.candidate, profile, rpn, memo)
+            p = predict(model_desc, p.candidate, profile, rpn, memo, static=static)
             checked += 1
             if limit is not None and p.peak_bytes > limit:
                 infeasible.append(p)
                 continue
-        if p.simulated and _distinct(p, distinct):  # a plan equal to one already counted takes no place
+        if p.simulated and _distinct(p, distinct, engine):  # a plan equal to one already counted takes no place
             best = sorted(best + [p.step_s])[:exact]
         feasible.append(p)
     if not feasible:
-        exact_peaks = [p if p.simulated else predict(model_desc, p.candidate, profile, rpn, memo) for p in infeasible]
+        exact_peaks = [p if p.simulated else predict(model_desc, p.candidate, profile, rpn, memo, static=static)
+                       for p in infeasible]
         smallest = min(exact_peaks, key=lambda p: p.peak_bytes)
         raise NoFeasiblePlanError(
             f"no plan of {model_desc.name} on {nproc} ranks fits --memory-limit {format_bytes(limit)} per rank: "
             f"the smallest any of the {len(exact_peaks)} plans needs is {format_bytes(smallest.peak_bytes)} "
             f"({smallest.candidate.name}); raise the limit, add ranks or shrink the batch")
     feasible.sort(key=lambda p: (p.step_s, p.peak_bytes, p.candidate.name))
-    plans, merged = merge_same_schedules(feasible)
-    return SearchResult(len(cands), time.perf_counter() - start, plans, len(infeasible), limit, merged)
+    plans, merged = merge_same_schedules(feasible, engine)
+    return SearchResult(len(cands), time.perf_counter() - start, plans, len(infeasible), limit, merged, engine)
 
 
-def _same_plan_key(p: Prediction):
+def _same_plan_key(p: Prediction, engine: str = "dygraph"):
     """What makes two simulated plans the same plan: mesh, ZeRO, sp, batch, microbatches and
-    every rank's action list (None for a plan without a pipeline or not simulated)."""
+    every rank's action list (None for a plan without a pipeline or not simulated); in the
+    static Engine also which pass runs it (Paddle's own FThenB/1F1B/VPP pass or paddle-ext's)."""
     c = p.candidate
     if c.pp == 1 or not p.simulated:
         return None
     return (c.pp, c.dp, c.tp, c.zero, c.sp, c.batch, c.microbatches,
-            schedule_signature(c.schedule, c.pp, c.microbatches, c.chunks))
+            schedule_signature(c.schedule, c.pp, c.microbatches, c.chunks),
+            engine == "static" and c.schedule in PADDLE_PASSES)
 
 
-def _distinct(p: Prediction, seen: set) -> bool:
-    key = _same_plan_key(p)
+def _distinct(p: Prediction, seen: set, engine: str) -> bool:
+    key = _same_plan_key(p, engine)
     if key is None:
         return True
     if key in seen:
@@ -134,7 +145,7 @@ def _distinct(p: Prediction, seen: set) -> bool:
     return True
 
 
-def merge_same_schedules(ranked: List[Prediction]):
+def merge_same_schedules(ranked: List[Prediction], engine: str = "dygraph"):
     """``(plans, how many merged)``: a simulated pipeline plan whose schedule runs the same
     action lists as a better-ranked plan's on the same mesh and microbatches is the same plan
     under another name; it is folded into that plan's ``same_as`` instead of taking a row of
@@ -142,7 +153,7 @@ def merge_same_schedules(ranked: List[Prediction]):
     first: dict = {}
     plans: List[Prediction] = []
     for p in ranked:
-        key = _same_plan_key(p)
+        key = _same_plan_key(p, engine)
         if key is not None:
             kept = first.get(key)
             if kept is not None:
@@ -163,7 +174,7 @@ def to_json(result: SearchResult, top: Optional[int] = None) -> dict:
                       "plan": c.layout, **{f: getattr(c, f) for f in FIELDS},
                       "simulated": p.simulated, "same_as": list(p.same_as), "top": [{"part": k, "fraction": f} for k, f in p.top(3)],
                       "memory": p.memory})
-    return {"candidates": result.candidates, "search_s": result.search_s, "feasible": len(result.plans),
+    return {"engine": result.engine, "candidates": result.candidates, "search_s": result.search_s, "feasible": len(result.plans),
             "infeasible": result.infeasible, "merged": result.merged,
             "memory_limit": result.memory_limit, "plans": plans}
 
