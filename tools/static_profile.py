@@ -34,17 +34,18 @@ on its CPU).
 from __future__ import annotations
 
 import argparse
-import bisect
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "multirank"))
+
+# the trace readers ``paddle-ext profile --static`` uses for the static Engine's runtime costs
+from paddle_ext.plan import profile_static  # noqa: E402
+from paddle_ext.plan.profile_static import COMPUTE_JOBS, handoffs, job_overhead_ms, job_times, window  # noqa: E402,F401
 
 #: glibc malloc settings for the ranks (``--glibc-default`` in bench_static.py drops them): one arena,
 #: and freed memory kept. Paddle's executor allocates each micro-batch's temporaries (a 4 MB
@@ -56,96 +57,14 @@ MALLOC_ENV = {"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_THRESHOLD_": str(1 << 30), "
 #: the profiled schedules on 2 ranks: (rank, chunk) -> the block that stage runs
 V_BLOCK = {(0, 0): 0, (1, 0): 1, (1, 1): 2, (0, 1): 3}  # ZBV, layer meshes [0, 1, 1, 0]
 LOOP_BLOCK = {(0, 0): 0, (1, 0): 1, (0, 1): 2, (1, 1): 3}  # IR_VPP, layer meshes [0, 1, 0, 1]
-_JOB = re.compile(r"^([a-z_]+?)(\d+)-(\d+)\[")
-_OP = re.compile(r"^(pd_op|custom_op)\.[a-z_0-9]+\[")
 
 
 def profile_rank(cfgs, out_dir: str) -> list:
-    """Rank function: build each of ``cfgs``' models (one job per action), then step them in turn
-    (one step of each per round, after a barrier: a burst of other load hits every schedule
-    alike), ``paddle.profiler`` on from the third round, each step inside a profiler event
-    named :func:`window`; write this rank's Chrome trace to ``out_dir``; per config the trace's
-    path, its window's name and the step times."""
-    import paddle.distributed as dist
-    import paddle.profiler as profiler
-
-    import paddle_ext
-    import paddle_ext.passes.static.passes as static_passes
+    """Rank function: :func:`paddle_ext.plan.profile_static.profile_rank` on the benchmark's own
+    models (``static_ranks._build``: what ``bench_static.py`` measures)."""
     import static_ranks as sr
 
-    dist.init_parallel_env()
-    paddle_ext.install()
-    static_passes.install_static()
-    static_passes.MERGE_JOBS = False
-    models = []
-    for cfg in cfgs:
-        net, opt, loader, loss_fn, strategy = sr._build(cfg)
-        dist.barrier()
-        dm = dist.to_static(net, loader, loss_fn, opt, strategy=strategy)
-        dm.train()
-        models.append((dm, [b for _, b in zip(range(cfg["steps"]), loader())], []))
-    prof = profiler.Profiler(targets=[profiler.ProfilerTarget.CPU])
-    for step in range(max(cfg["steps"] for cfg in cfgs)):
-        if step == 2:
-            prof.start()
-        for cfg, (dm, batches, times) in zip(cfgs, models):
-            x, y = batches[step % len(batches)]
-            dist.barrier()
-            start = time.perf_counter()
-            with profiler.RecordEvent(window(cfg)):
-                dm(x, y)
-            times.append(time.perf_counter() - start)
-    prof.stop()
-    path = os.path.join(out_dir, f"trace_{dist.get_rank()}.json")
-    prof.export(path, format="json")
-    return [{"trace": path, "window": window(cfg), "step_seconds": times} for cfg, (_, _, times) in zip(cfgs, models)]
-
-
-def window(cfg) -> str:
-    """The name of the profiler event around each step of config ``cfg``."""
-    return f"profiled_step:{cfg['schedule']}"
-
-
-def _in_windows(events, name: str) -> list:
-    """The events that start inside an event called ``name`` (all of them when ``name`` is None)."""
-    if name is None:
-        return events
-    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].split("[")[0] == name)
-    if not spans:
-        raise ValueError(f"no profiler event {name!r} in the trace: the steps were not profiled")
-    starts = [lo for lo, _ in spans]
-    out = []
-    for e in events:
-        i = bisect.bisect_right(starts, e["ts"]) - 1
-        if i >= 0 and e["ts"] <= spans[i][1]:
-            out.append(e)
-    return out
-
-
-def job_times(trace_path: str, name: str = None) -> dict:
-    """``{(kind, chunk): [(job us, ops us), ...]}`` and ``"send"``: [send op us] from a trace,
-    from the steps inside the profiler events called ``name`` (:func:`window`) when given."""
-    with open(trace_path, encoding="utf-8") as f:
-        data = json.load(f)
-    events = _in_windows([e for e in (data["traceEvents"] if isinstance(data, dict) else data) if e.get("ph") == "X"],
-                         name)
-    ops = sorted((e for e in events if _OP.match(e["name"])), key=lambda e: e["ts"])
-    starts = [o["ts"] for o in ops]
-    out: dict = {"send": [o["dur"] for o in ops if "gloo_send" in o["name"]], "messages": {},
-                 "gloo_send": [(o["ts"], o["ts"] + o["dur"]) for o in ops if "gloo_send" in o["name"]],
-                 "gloo_recv": [(o["ts"], o["ts"] + o["dur"]) for o in ops if "gloo_recv" in o["name"]]}
-    for e in sorted(events, key=lambda e: e["ts"]):
-        found = _JOB.match(e["name"])
-        if not found:
-            continue
-        lo, hi = bisect.bisect_left(starts, e["ts"]), bisect.bisect_right(starts, e["ts"] + e["dur"])
-        inside = sum(o["dur"] for o in ops[lo:hi])
-        out.setdefault((found.group(1), int(found.group(2))), []).append((e["dur"], inside))
-        gloo = [o for o in ops[lo:hi] if "gloo_" in o["name"]]
-        if gloo and found.group(1).startswith(("send_", "recv_")):  # (kind, micro-batch) -> op (start, end)
-            out["messages"].setdefault((found.group(1), int(found.group(3))), []).append(
-                (gloo[0]["ts"], gloo[0]["ts"] + gloo[0]["dur"]))
-    return out
+    return profile_static.profile_rank(cfgs, out_dir, build=sr._build)
 
 
 def latencies(traces) -> list:
@@ -161,25 +80,12 @@ def latencies(traces) -> list:
     return out
 
 
-def handoffs(traces) -> list:
-    """Per message, the time (us) from the later of its send and receive ops starting to the end
-    of its receive: the two ranks' n-th gloo send and receive on one direction are one message
-    (one ring per pair of ranks, sends drained in order)."""
-    out = []
-    for a, b in ((0, 1), (1, 0)):
-        out += [r_end - max(r_start, s_start)
-                for (s_start, _), (r_start, r_end) in zip(traces[a]["gloo_send"], traces[b]["gloo_recv"])]
-    return out
-
-
 def costs_from(traces, full_traces=None) -> dict:
     """The figures (module doc) in milliseconds from the two ranks' :func:`job_times` under ZBV
     (``traces``) and under IR_VPP (``full_traces``: each block's full backward ``B``; without
     them a block's ``B`` is its ``I + W``)."""
-    compute = ("forward", "backward_b", "backward_w")
-    over = [job - ops for t in traces for key, v in t.items() if isinstance(key, tuple) and key[0] in compute
-            for job, ops in v]
-    job = statistics.median(over) / 1000
+    compute = COMPUTE_JOBS
+    job = job_overhead_ms(traces)
 
     def mean_job(t, kind, chunk):
         return max(0.0, statistics.mean(j for j, _ in t.get((kind, chunk), [(0.0, 0.0)])) / 1000 - job)

@@ -3,7 +3,9 @@
 Times, on this machine, the matmuls of every candidate plan of ``--model`` on ``--nproc`` ranks
 (forward, backward for inputs, backward for weights), the elementwise line, and on ``--nproc``
 gloo ranks the distributed-op overhead, each collective per group size, point-to-point, the
-AdamW step and the process memory; writes plain JSON (see :mod:`paddle_ext.plan.profile_data`).
+AdamW step and the process memory; with ``--static`` also the static Engine's cost per job,
+message and hand-off (:mod:`paddle_ext.plan.profile_static`); writes plain JSON (see
+:mod:`paddle_ext.plan.profile_data`).
 """
 from __future__ import annotations
 
@@ -31,6 +33,12 @@ def run(args) -> int:
     with optional_file_lock(args.lock):
         profile = build_profile(gemms, args.nproc, model.config, timeout=args.timeout,
                                 imports=RUNNER_IMPORTS[args.model], model=args.model)
+        if args.static:
+            from ..plan.profile_static import measure_static_engine
+
+            print("paddle-ext profile: the static Engine's cost per job, message and hand-off on 2 ranks",
+                  file=sys.stderr)
+            profile["static_engine"] = measure_static_engine(timeout=args.timeout)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(profile, f, indent=1)
     print(f"profile written to {args.out}")
@@ -52,4 +60,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("profile", help="measure the cost profile (ops, collectives) plan predicts with")
     add_model_arguments(parser)
     parser.add_argument("--out", required=True, help="the profile's JSON file")
+    parser.add_argument("--static", action="store_true",
+                        help="also measure the static Engine's cost per job, message and hand-off (a 2-rank "
+                             "dist.to_static launch) for `paddle-ext plan --engine static`")
     parser.set_defaults(func=run)
