@@ -1,16 +1,31 @@
 // paddle-ext: the dispatch fast path's cache key, and the source half of the reshard fast path's
-// plan key, read straight from the DistTensors.
+// plan key, read straight from the DistTensors; and the reshard fast path's small S(0) -> S(j) on
+// gloo as one native call (GatherTake: an all_gather and the copy of this rank's block, with no
+// Paddle op between them).
 //
 // Built by paddle_ext/compat/native/cpp_build.py (piece "fast_key") against the installed Paddle's
 // headers; loaded by paddle_ext/compat/native/fast_key.py (which documents the key's contents).
 #include <Python.h>
 
+#include <cstring>
 #include <string>
 
 #include "paddle/extension.h"
+#include "paddle/phi/core/dense_tensor.h"
 #include "paddle/phi/core/distributed/auto_parallel/dist_tensor.h"
 #include "paddle/phi/core/distributed/auto_parallel/placement_types.h"
+#include "paddle/phi/core/distributed/comm_context_manager.h"
 #include "paddle/utils/pybind.h"
+
+namespace phi {
+namespace distributed {
+// The wheel ships gloo_comm_context.h but not gloo's headers: declare the exported member.
+class GlooCommContext : public CommContext {
+ public:
+  void AllGather(phi::DenseTensor* out, const phi::DenseTensor& in, uint32_t tag);
+};
+}  // namespace distributed
+}  // namespace phi
 
 namespace {
 using phi::distributed::DistTensor;
@@ -130,10 +145,54 @@ py::bytes ReshardSourceKey(py::handle x) {
   return py::bytes(key);
 }
 
+// The dense tensor behind a Python Tensor object; TypeError for anything else.
+phi::DenseTensor* DenseOf(py::handle obj, const char* what) {
+  if (!paddle::pybind::PyCheckTensor(obj.ptr())) throw py::type_error(std::string("gather_take: ") + what + " is not a Tensor");
+  phi::TensorBase* impl = reinterpret_cast<paddle::pybind::TensorObject*>(obj.ptr())->tensor.impl().get();
+  if (impl == nullptr || !phi::DenseTensor::classof(impl) || !impl->initialized())
+    throw py::type_error(std::string("gather_take: ") + what + " is not an allocated dense CPU tensor");
+  return static_cast<phi::DenseTensor*>(impl);
+}
+
+// S(0) -> S(dim) of a global tensor on the ranks of gloo ring `ring` (a dygraph group's id): gather
+// every rank's dim-0 shard `local` into `gathered` (the global tensor), then copy block `block` of
+// `dim` into `out` (global dims with dims[dim] / ranks). All three tensors are the caller's, on CPU,
+// of one dtype; the gloo wait runs without the GIL. ValueError for shapes that do not fit.
+void GatherTake(py::handle local, py::handle gathered, py::handle out, const std::string& ring, int dim,
+                int64_t block) {
+  phi::DenseTensor* x = DenseOf(local, "the local shard");
+  phi::DenseTensor* all = DenseOf(gathered, "the gather buffer");
+  phi::DenseTensor* y = DenseOf(out, "the output");
+  const phi::DDim& g = all->dims();
+  if (dim <= 0 || dim >= g.size() || x->dtype() != all->dtype() || y->dtype() != all->dtype() ||
+      x->numel() == 0 || all->numel() % x->numel() != 0 || !x->meta().is_contiguous() ||
+      !y->meta().is_contiguous() || !all->meta().is_contiguous())
+    throw py::value_error("gather_take: contiguous local shard, buffer and output of one dtype and a dim >= 1 of the buffer");
+  int64_t ranks = all->numel() / x->numel(), outer = 1, inner = phi::SizeOf(all->dtype());
+  for (int i = 0; i < dim; ++i) outer *= g[i];
+  for (int i = dim + 1; i < g.size(); ++i) inner *= g[i];
+  if (g[dim] % ranks != 0 || block < 0 || block >= ranks || y->numel() * ranks != all->numel())
+    throw py::value_error("gather_take: the buffer's dim does not split evenly into the output's blocks");
+  auto& manager = phi::distributed::CommContextManager::GetInstance();
+  if (!manager.Has(ring)) throw py::value_error("gather_take: no gloo communicator " + ring);
+  auto* comm = static_cast<phi::distributed::GlooCommContext*>(manager.Get(ring));
+  int64_t rows = g[dim] / ranks;
+  {
+    py::gil_scoped_release free;
+    comm->AllGather(all, *x, 0);
+    const char* src = static_cast<const char*>(all->data());
+    char* dst = static_cast<char*>(y->data());
+    for (int64_t o = 0; o < outer; ++o)
+      std::memcpy(dst + o * rows * inner, src + (o * g[dim] + block * rows) * inner, rows * inner);
+  }
+}
+
 }  // namespace
 
 PYBIND11_MODULE(paddle_ext_fast_key, m) {
   m.def("fast_key", &FastKey, "paddle-ext dispatch key of DistTensor slots: (bytes, no_grad) or None");
   m.def("reshard_source_key", &ReshardSourceKey,
         "paddle-ext reshard key of a DistTensor: bytes of its mesh, dims, dtype and placements");
+  m.def("gather_take", &GatherTake,
+        "paddle-ext S(0) -> S(dim) on a gloo ring: all_gather local into gathered, copy block of dim into out");
 }

@@ -293,7 +293,8 @@ def _collective(o, x, kind, src, dst, rank, ranks, group, exact):
     if kind == "all_reduce" and isinstance(a, Partial) and b == Replicate():
         return _all_reduce(o, x, a.op, len(ranks), dims, group, exact)
     if kind in ("all_to_all", "reduce_scatter"):
-        return exchange_runner(o, x, kind, a, b, ranks.index(rank), ranks, group, dims, exact, gathers)
+        return exchange_runner(o, x, kind, a, b, ranks.index(rank), ranks, group, dims, exact, gathers,
+                               (_backend(o.dist) or "").lower() == "gloo")
     return None
 
 

@@ -23,13 +23,14 @@ from ..placements import Partial, Shard
 GATHER_BELOW = {2: 1 << 20}
 
 
-def exchange_runner(o, x, kind, a, b, k, ranks, group, dims, exact, gathers: bool):
+def exchange_runner(o, x, kind, a, b, k, ranks, group, dims, exact, gathers: bool, gloo: bool = False):
     """The runner of a one-step ``S(i) -> S(j)`` (``kind`` "all_to_all") or ``P -> S(j)``
     ("reduce_scatter") plan on ``ranks`` (a 1-D mesh, even shards), ``k`` this rank's index, or
-    None when no runner here serves it (the per-rank executor does)."""
+    None when no runner here serves it (the per-rank executor does). ``gloo``: the world's
+    backend is gloo (the native gather serves CPU tensors there)."""
     n = len(ranks)
     if kind == "all_to_all" and a.dim == 0 and gathers and prod(dims) * x.element_size() < GATHER_BELOW.get(n, 0):
-        return _gather_slice(o, x, b.dim, k, n, group, dims, exact)
+        return _gather_slice(o, x, b.dim, k, n, group, dims, exact, gloo)
     if n != 2:
         return None
     trade = _pair(o, k, ranks[1 - k], group)
@@ -108,20 +109,31 @@ def _swap(o, x, src_dim, dst_dim, k, trade, dims, exact):
     return swapped
 
 
-def _gather_slice(o, x, dst_dim, k, n, group, dims, exact):
+def _gather_slice(o, x, dst_dim, k, n, group, dims, exact, gloo: bool = False):
     """``S(0) -> S(j)`` of a small tensor on n ranks: one all_gather of the whole dim-0 shards
     into a receive buffer kept by the runner (the stacked shards are the global tensor), then a
     copy of this rank's block of dim ``j`` as the output. n times the bytes of an all-to-all,
     one collective and one copy: below :data:`GATHER_BELOW` the cheapest way on gloo, where
-    every op between two collectives costs more than itself (docs/reshard.md, "crossover")."""
+    every op between two collectives costs more than itself (docs/reshard.md, "crossover").
+    On gloo, CPU tensors, once the compiled helper is loaded (``o.gather_take``), both run in
+    one native call on the group's gloo communicator: no Paddle op between them."""
     gather, take, build = o.dist.stream.all_gather, o.take, o.dist_tensor
     b = dims[dst_dim] // n
+    out_shape = [d // n if i == dst_dim else d for i, d in enumerate(dims)]
+    itemsize = x.element_size()
+    ring = "0" if group is None else str(group.id)   # a dygraph group's gloo communicator is keyed by its id
+    native = o.gather_take if gloo and o.is_cpu(x) else [None]
     kept = []
 
     def gathered_slice(x, mesh):
         local = o.local(x)
         if not kept:
             kept.append(o.empty(dims, local.dtype))
+        fn = native[0]
+        if fn is not None:
+            out = o.output(out_shape, local.dtype, itemsize)
+            fn(local.contiguous(), kept[0], out, ring, dst_dim, k)
+            return build(out, dims, mesh, exact, True)
         gather(kept[0], local.contiguous(), group=group)
         return build(take(kept[0], dst_dim, k * b, (k + 1) * b), dims, mesh, exact, True)
 

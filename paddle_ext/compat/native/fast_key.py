@@ -18,6 +18,11 @@ plan key (:mod:`paddle_ext.reshard.fast`): ``bytes`` of one DistTensor's mesh (s
 process ids), global dims, dtype and placements, about 0.3 us against 1.5 us for the same facts
 through Paddle's Python getters; ``TypeError`` for anything else.
 
+``gather_take`` (:data:`GATHER_TAKE`) is not a key: the reshard fast path's small ``S(0) -> S(j)``
+on gloo (:func:`paddle_ext.reshard.fast_exchange._gather_slice`) as one call that gathers the
+shards on the group's gloo communicator and copies this rank's block, so that no Paddle op runs
+between the collective and the copy (on this VM such an op costs several times its own time).
+
 The C++ source is ``paddle_ext/csrc/fast_key.cc``. It is built with Paddle's ``cpp_extension``
 against the installed Paddle's headers, only on the Paddle versions :mod:`~paddle_ext.compat.version`
 names (:mod:`paddle_ext.compat.native.cpp_build`; first use ~25 s, then cached).
@@ -42,6 +47,10 @@ KEY: list = [None]        # the compiled ``fast_key`` once loaded; the dispatche
 #: the compiled ``reshard_source_key(x) -> bytes`` once loaded (TypeError for a non-DistTensor);
 #: the reshard fast path reads RESHARD_KEY[0] per call and builds its Python key while it is None
 RESHARD_KEY: list = [None]
+#: the compiled ``gather_take(local, gathered, out, ring, dim, block)`` once loaded: the reshard fast
+#: path's small ``S(0) -> S(dim)`` on a gloo ring as one native call (an all_gather, then the copy of
+#: this rank's block, no Paddle op between them); the fast path uses Paddle's all_gather while None
+GATHER_TAKE: list = [None]
 _STATE = {"status": "not started"}
 _LOCK = threading.Lock()
 
@@ -120,6 +129,7 @@ def _load() -> None:
         return
     _STATE["fn"] = module.fast_key
     _STATE["reshard_fn"] = getattr(module, "reshard_source_key", None)
+    GATHER_TAKE[0] = getattr(module, "gather_take", None)
     if not _STATE.get("python_key"):
         KEY[0] = module.fast_key
         RESHARD_KEY[0] = _STATE["reshard_fn"]
