@@ -187,12 +187,23 @@ void GatherTake(py::handle local, py::handle gathered, py::handle out, const std
   }
 }
 
+// True when `t` (a dense Tensor) is the only holder of its memory: no other tensor (a DistTensor
+// built on it, a view) shares it, so the reshard fast path may write its next result there.
+// Two ways to share it: another DenseTensor on the same allocation (a view, a copy of the meta), or
+// the very DenseTensor (a DistTensor built on it keeps it as its local value).
+bool SoleOwner(py::handle t) {
+  const phi::DenseTensor* d = DenseOf(t, "the tensor");
+  return d->Holder().use_count() == 1 &&
+         reinterpret_cast<paddle::pybind::TensorObject*>(t.ptr())->tensor.impl().use_count() == 1;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(paddle_ext_fast_key, m) {
   m.def("fast_key", &FastKey, "paddle-ext dispatch key of DistTensor slots: (bytes, no_grad) or None");
   m.def("reshard_source_key", &ReshardSourceKey,
         "paddle-ext reshard key of a DistTensor: bytes of its mesh, dims, dtype and placements");
+  m.def("sole_owner", &SoleOwner, "True when no other tensor shares this dense tensor's memory");
   m.def("gather_take", &GatherTake,
         "paddle-ext S(0) -> S(dim) on a gloo ring: all_gather local into gathered, copy block of dim into out");
 }

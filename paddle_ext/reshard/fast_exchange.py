@@ -116,24 +116,34 @@ def _gather_slice(o, x, dst_dim, k, n, group, dims, exact, gloo: bool = False):
     one collective and one copy: below :data:`GATHER_BELOW` the cheapest way on gloo, where
     every op between two collectives costs more than itself (docs/reshard.md, "crossover").
     On gloo, CPU tensors, once the compiled helper is loaded (``o.gather_take``), both run in
-    one native call on the group's gloo communicator: no Paddle op between them."""
+    one native call on the group's gloo communicator, into the previous call's output when no
+    tensor holds it any more (``o.sole_owner``): no Paddle op between two such calls."""
     gather, take, build = o.dist.stream.all_gather, o.take, o.dist_tensor
     b = dims[dst_dim] // n
     out_shape = [d // n if i == dst_dim else d for i, d in enumerate(dims)]
     itemsize = x.element_size()
     ring = "0" if group is None else str(group.id)   # a dygraph group's gloo communicator is keyed by its id
-    native = o.gather_take if gloo and o.is_cpu(x) else [None]
-    kept = []
+    native, sole = (o.gather_take, o.sole_owner[0]) if gloo and o.is_cpu(x) else ([None], None)
+    kept, last, refused = [], [None], []
 
     def gathered_slice(x, mesh):
         local = o.local(x)
         if not kept:
             kept.append(o.empty(dims, local.dtype))
         fn = native[0]
-        if fn is not None:
-            out = o.output(out_shape, local.dtype, itemsize)
-            fn(local.contiguous(), kept[0], out, ring, dst_dim, k)
-            return build(out, dims, mesh, exact, True)
+        if fn is not None and not refused:
+            out = last[0]
+            if out is None or not sole(out):   # the caller still holds the last result: a fresh one
+                out = last[0] = o.output(out_shape, local.dtype, itemsize)
+            try:   # a ValueError is raised before any data moves
+                fn(local, kept[0], out, ring, dst_dim, k)
+                return build(out, dims, mesh, exact, True)
+            except ValueError:   # a strided local value; else no gloo communicator: Paddle's all_gather
+                try:
+                    fn(local.contiguous(), kept[0], out, ring, dst_dim, k)
+                    return build(out, dims, mesh, exact, True)
+                except ValueError:
+                    refused.append(True)
         gather(kept[0], local.contiguous(), group=group)
         return build(take(kept[0], dst_dim, k * b, (k + 1) * b), dims, mesh, exact, True)
 

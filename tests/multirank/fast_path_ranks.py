@@ -71,10 +71,29 @@ def repeated_calls(cases, calls: int = 3, gather_below=None, native_gather=None)
                 except Exception as exc:  # reported per case
                     o = Outcome(error=f"{type(exc).__name__}: {exc}"[:300])
                 out[(c.id, way, i)] = o
+    out["overwritten"] = _held_results_survive(cases, dst_of=lambda c: to_paddle_placements(specs(c)[1].placements))
     out["cached"] = len(fast._CACHE)
     out["runners"] = sorted({getattr(inspect.getclosurevars(e).nonlocals.get("values"), "__name__", "-")
                              for e in fast._CACHE.values()})
     return out
+
+
+def _held_results_survive(cases, dst_of) -> list:
+    """Per case, a result held while the same reshard runs again on a source of other values
+    (twice the first's): the cases whose held result changed (a later call wrote into it)."""
+    import paddle.distributed as dist
+
+    changed = []
+    for c in cases:
+        mesh = dist.ProcessMesh(np.array(c.dst_mesh).tolist())
+        first = dist.reshard(make_source(c), mesh, dst_of(c))
+        held = first._local_value().numpy().copy()
+        other = make_source(c)
+        other._local_value().scale_(2.0)
+        dist.reshard(other, mesh, dst_of(c))
+        if not np.array_equal(first._local_value().numpy(), held):
+            changed.append(c.id)
+    return changed
 
 
 def mismatch_on_hits():

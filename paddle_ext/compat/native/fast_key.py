@@ -51,6 +51,8 @@ RESHARD_KEY: list = [None]
 #: path's small ``S(0) -> S(dim)`` on a gloo ring as one native call (an all_gather, then the copy of
 #: this rank's block, no Paddle op between them); the fast path uses Paddle's all_gather while None
 GATHER_TAKE: list = [None]
+#: the compiled ``sole_owner(t) -> bool`` (no other tensor shares ``t``'s memory) with GATHER_TAKE
+SOLE_OWNER: list = [None]
 _STATE = {"status": "not started"}
 _LOCK = threading.Lock()
 
@@ -129,7 +131,8 @@ def _load() -> None:
         return
     _STATE["fn"] = module.fast_key
     _STATE["reshard_fn"] = getattr(module, "reshard_source_key", None)
-    GATHER_TAKE[0] = getattr(module, "gather_take", None)
+    SOLE_OWNER[0] = getattr(module, "sole_owner", None)
+    GATHER_TAKE[0] = getattr(module, "gather_take", None) if SOLE_OWNER[0] is not None else None
     if not _STATE.get("python_key"):
         KEY[0] = module.fast_key
         RESHARD_KEY[0] = _STATE["reshard_fn"]

@@ -71,7 +71,8 @@ def _build():
                            in_dygraph=paddle.in_dynamic_mode, dist=paddle.distributed, paddle=paddle,
                            placements_text=attrgetter("_placements_str"), dtype_code=attrgetter("dtype.value"),
                            same_mesh=core.ProcessMesh.__eq__, compiled_key=fast_key.RESHARD_KEY,
-                           gather_take=fast_key.GATHER_TAKE, is_cpu=lambda t: t.place.is_cpu_place())
+                           gather_take=fast_key.GATHER_TAKE, sole_owner=fast_key.SOLE_OWNER,
+                           is_cpu=lambda t: t.place.is_cpu_place())
 
 
 def ops() -> SimpleNamespace:
@@ -85,6 +86,7 @@ def ops() -> SimpleNamespace:
     Python lists), ``compiled_key`` (a one-item list: the compiled source key
     :data:`~paddle_ext.compat.native.fast_key.RESHARD_KEY` once loaded, else None), ``gather_take`` (a
     one-item list: :data:`~paddle_ext.compat.native.fast_key.GATHER_TAKE` once loaded, else None),
+    ``sole_owner`` (the same for :data:`~paddle_ext.compat.native.fast_key.SOLE_OWNER`),
     ``is_cpu(t)``, ``grad_enabled()``, ``in_dygraph()``, ``dist``, ``paddle`` (built once)."""
     if not _OPS:
         _OPS.append(_build())
