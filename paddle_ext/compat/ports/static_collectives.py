@@ -135,8 +135,11 @@ def create_communicators() -> list:
     return made
 
 
-# phi ReduceType (kRedSum, kRedMax, kRedMin, kRedProd) -> GlooCommContext's ReduceOp
-_GLOO_REDUCE = {0: 0, 1: 2, 2: 3, 3: 4}
+# phi ReduceType (kRedSum, kRedMax, kRedMin, kRedProd) -> the reduce_type GlooCommContext::AllReduce
+# takes: the same codes (gloo_utils.h's SetReduceFunc switches on phi::ReduceType; 4, kRedAvg, it
+# refuses). An earlier table took ReduceOp's numbering (MAX 2, MIN 3, PRODUCT 4): max then reduced
+# by min, min by product, prod failed.
+_GLOO_REDUCE = {0: 0, 1: 1, 2: 2, 3: 3}
 COLLECTIVES = ("pd_op.send_v2", "pd_op.recv_v2", "pd_op.all_reduce", "pd_op.all_reduce_", "pd_op.all_gather",
                "pd_op.broadcast", "pd_op.broadcast_", "pd_op.reduce_scatter")
 #: collectives Paddle has no CPU kernel for (send/recv aside): lowered even on a single ring
