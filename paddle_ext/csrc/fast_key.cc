@@ -22,6 +22,7 @@ namespace distributed {
 // The wheel ships gloo_comm_context.h but not gloo's headers: declare the exported member.
 class GlooCommContext : public CommContext {
  public:
+  void AllReduce(phi::DenseTensor* out, const phi::DenseTensor& in, int reduce_type, uint32_t tag);
   void AllGather(phi::DenseTensor* out, const phi::DenseTensor& in, uint32_t tag);
 };
 }  // namespace distributed
@@ -154,28 +155,61 @@ phi::DenseTensor* DenseOf(py::handle obj, const char* what) {
   return static_cast<phi::DenseTensor*>(impl);
 }
 
+// The gloo communicator of a dygraph group (keyed by the group's id); ValueError when there is none.
+phi::distributed::GlooCommContext* GlooRing(const std::string& ring) {
+  auto& manager = phi::distributed::CommContextManager::GetInstance();
+  if (!manager.Has(ring)) throw py::value_error("paddle-ext fast path: no gloo communicator " + ring);
+  return static_cast<phi::distributed::GlooCommContext*>(manager.Get(ring));
+}
+
+// Contiguous tensors of one dtype, `out` holding a whole number of `local`s; ValueError otherwise.
+void CheckPair(const phi::DenseTensor* x, const phi::DenseTensor* y, const char* what) {
+  if (x->dtype() != y->dtype() || x->numel() == 0 || y->numel() % x->numel() != 0 || !x->meta().is_contiguous() ||
+      !y->meta().is_contiguous())
+    throw py::value_error(std::string("paddle-ext ") + what + ": contiguous input and output of one dtype");
+}
+
+// S(0) -> R on gloo ring `ring`: every rank's dim-0 shard `local` gathered into `out` (the caller's).
+void AllGatherInto(py::handle local, py::handle out, const std::string& ring) {
+  phi::DenseTensor* x = DenseOf(local, "the local shard");
+  phi::DenseTensor* y = DenseOf(out, "the output");
+  CheckPair(x, y, "all_gather_into");
+  auto* comm = GlooRing(ring);
+  py::gil_scoped_release free;
+  comm->AllGather(y, *x, 0);
+}
+
+// P -> R on gloo ring `ring`: `out` (the caller's, as large as `local`) = the reduction of every
+// rank's `local` (phi::ReduceType: 0 sum, 1 max, 2 min); `local` is only read.
+void AllReduceInto(py::handle local, py::handle out, const std::string& ring, int gloo_op) {
+  phi::DenseTensor* x = DenseOf(local, "the local value");
+  phi::DenseTensor* y = DenseOf(out, "the output");
+  CheckPair(x, y, "all_reduce_into");
+  if (x->numel() != y->numel()) throw py::value_error("paddle-ext all_reduce_into: output and input differ in size");
+  auto* comm = GlooRing(ring);
+  py::gil_scoped_release free;
+  comm->AllReduce(y, *x, gloo_op, 0);
+}
+
 // S(0) -> S(dim) of a global tensor on the ranks of gloo ring `ring` (a dygraph group's id): gather
 // every rank's dim-0 shard `local` into `gathered` (the global tensor), then copy block `block` of
 // `dim` into `out` (global dims with dims[dim] / ranks). All three tensors are the caller's, on CPU,
 // of one dtype; the gloo wait runs without the GIL. ValueError for shapes that do not fit.
-void GatherTake(py::handle local, py::handle gathered, py::handle out, const std::string& ring, int dim,
+void GatherTake(py::handle local, py::handle out, const std::string& ring, py::handle gathered, int dim,
                 int64_t block) {
   phi::DenseTensor* x = DenseOf(local, "the local shard");
   phi::DenseTensor* all = DenseOf(gathered, "the gather buffer");
   phi::DenseTensor* y = DenseOf(out, "the output");
   const phi::DDim& g = all->dims();
-  if (dim <= 0 || dim >= g.size() || x->dtype() != all->dtype() || y->dtype() != all->dtype() ||
-      x->numel() == 0 || all->numel() % x->numel() != 0 || !x->meta().is_contiguous() ||
-      !y->meta().is_contiguous() || !all->meta().is_contiguous())
-    throw py::value_error("gather_take: contiguous local shard, buffer and output of one dtype and a dim >= 1 of the buffer");
+  CheckPair(x, all, "gather_take");
+  CheckPair(y, all, "gather_take");
+  if (dim <= 0 || dim >= g.size()) throw py::value_error("paddle-ext gather_take: a dim >= 1 of the buffer");
   int64_t ranks = all->numel() / x->numel(), outer = 1, inner = phi::SizeOf(all->dtype());
   for (int i = 0; i < dim; ++i) outer *= g[i];
   for (int i = dim + 1; i < g.size(); ++i) inner *= g[i];
   if (g[dim] % ranks != 0 || block < 0 || block >= ranks || y->numel() * ranks != all->numel())
-    throw py::value_error("gather_take: the buffer's dim does not split evenly into the output's blocks");
-  auto& manager = phi::distributed::CommContextManager::GetInstance();
-  if (!manager.Has(ring)) throw py::value_error("gather_take: no gloo communicator " + ring);
-  auto* comm = static_cast<phi::distributed::GlooCommContext*>(manager.Get(ring));
+    throw py::value_error("paddle-ext gather_take: the buffer's dim does not split evenly into the output's blocks");
+  auto* comm = GlooRing(ring);
   int64_t rows = g[dim] / ranks;
   {
     py::gil_scoped_release free;
@@ -204,6 +238,8 @@ PYBIND11_MODULE(paddle_ext_fast_key, m) {
   m.def("reshard_source_key", &ReshardSourceKey,
         "paddle-ext reshard key of a DistTensor: bytes of its mesh, dims, dtype and placements");
   m.def("sole_owner", &SoleOwner, "True when no other tensor shares this dense tensor's memory");
+  m.def("all_gather_into", &AllGatherInto, "paddle-ext S(0) -> R on a gloo ring: all_gather local into out");
+  m.def("all_reduce_into", &AllReduceInto, "paddle-ext P -> R on a gloo ring: out = the reduction of every local");
   m.def("gather_take", &GatherTake,
-        "paddle-ext S(0) -> S(dim) on a gloo ring: all_gather local into gathered, copy block of dim into out");
+        "paddle-ext S(0) -> S(dim) on a gloo ring: all_gather local into gathered, copy its block of dim into out");
 }

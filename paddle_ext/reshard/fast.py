@@ -44,7 +44,7 @@ from ..placements import Partial, Replicate, Shard
 from . import dygraph
 from .layout import Geometry, coord_in, relative
 from .paddle_backend import GATHER_DTYPES, PaddleBackend
-from .fast_exchange import GATHER_BELOW, exchange_runner
+from .fast_exchange import GATHER_BELOW, NativeCall, exchange_runner
 from .per_rank import execute
 from .planner import plan_reshard
 from .route import GROUPS, NATIVE_LISTENERS, SAVED, even, group_for, note_no_parallel_env, route
@@ -288,41 +288,49 @@ def _collective(o, x, kind, src, dst, rank, ranks, group, exact):
     or a prepared group, evenly divided (exchanges: :mod:`.fast_exchange`); None for the others."""
     a, b, dims = src.placements[0], dst.placements[0], src.shape
     gathers = str(x.dtype).replace("paddle.", "") in GATHER_DTYPES
+    gloo = (_backend(o.dist) or "").lower() == "gloo"
     if kind == "all_gather" and a == Shard(0) and b == Replicate() and gathers:
-        return _gather(o, x, dims, group, exact)
+        return _gather(o, x, dims, group, exact, gloo)
     if kind == "all_reduce" and isinstance(a, Partial) and b == Replicate():
-        return _all_reduce(o, x, a.op, len(ranks), dims, group, exact)
+        return _all_reduce(o, x, a.op, len(ranks), dims, group, exact, gloo)
     if kind in ("all_to_all", "reduce_scatter"):
-        return exchange_runner(o, x, kind, a, b, ranks.index(rank), ranks, group, dims, exact, gathers,
-                               (_backend(o.dist) or "").lower() == "gloo")
+        return exchange_runner(o, x, kind, a, b, ranks.index(rank), ranks, group, dims, exact, gathers, gloo)
     return None
 
 
-def _gather(o, x, dims, group, exact):
-    """``S(0) -> R``: one gloo all_gather of the dim-0 shards straight into the output."""
+def _gather(o, x, dims, group, exact, gloo: bool):
+    """``S(0) -> R``: one gloo all_gather of the dim-0 shards straight into the output (on gloo,
+    CPU: one native call, :class:`~.fast_exchange.NativeCall`)."""
     gather, build, itemsize = o.dist.stream.all_gather, o.dist_tensor, x.element_size()
+    native = NativeCall(o, x, gloo, group, dims)
 
     def gathered(x, mesh):
         local = o.local(x)
-        out = o.output(dims, local.dtype, itemsize)
-        gather(out, local.contiguous(), group=group)
+        out = native("all_gather_into", local)
+        if out is None:
+            out = o.output(dims, local.dtype, itemsize)
+            gather(out, local.contiguous(), group=group)
         return build(out, dims, mesh, exact, True)
 
     return gathered
 
 
-def _all_reduce(o, x, op, n, dims, group, exact):
+def _all_reduce(o, x, op, n, dims, group, exact, gloo: bool):
     """``P -> R``: a copy of the source (never written; into huge pages when large) and one gloo
-    all_reduce (avg: then / n)."""
+    all_reduce (avg: then / n); on gloo, CPU: one native all_reduce out of place (no copy)."""
     dist, build, copy_into, itemsize = o.dist, o.dist_tensor, o.copy_into, x.element_size()
     red = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
            "min": dist.ReduceOp.MIN}[op]
+    gloo_op = {"sum": 0, "avg": 0, "max": 1, "min": 2}[op]   # phi ReduceType, as GlooCommContext reads it
+    native = NativeCall(o, x, gloo, group, dims)
 
     def reduced(x, mesh):
         local = o.local(x)
-        y = o.output(dims, local.dtype, itemsize)
-        copy_into(local, y)
-        dist.all_reduce(y, op=red, group=group)
+        y = native("all_reduce_into", local, gloo_op)
+        if y is None:
+            y = o.output(dims, local.dtype, itemsize)
+            copy_into(local, y)
+            dist.all_reduce(y, op=red, group=group)
         return build(y / n if op == "avg" else y, dims, mesh, exact, True)
 
     return reduced

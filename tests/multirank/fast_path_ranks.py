@@ -22,8 +22,8 @@ def repeated_calls(cases, calls: int = 3, gather_below=None, native_gather=None)
     """Every case ``calls`` times through ``dist.reshard`` after install() (check=False) and through
     ``paddle_ext.reshard`` (check=True): the first call fills the cache, the others hit it.
     ``gather_below``: ``fast.GATHER_BELOW[2]`` for the run (0: S -> S by the exchange of blocks).
-    ``native_gather``: True waits for the compiled ``gather_take`` and counts its calls
-    (``out["native_calls"]``), False runs without it (Paddle's all_gather and a slice).
+    ``native_gather``: True waits for the compiled one-call gloo runners and counts their calls by
+    name (``out["native_calls"]``), False runs without them (Paddle's collectives).
     ``out["runners"]``: the names of the cached paddle-ext runners (which ways ran)."""
     import inspect
 
@@ -36,19 +36,26 @@ def repeated_calls(cases, calls: int = 3, gather_below=None, native_gather=None)
     paddle_ext.install()
     if gather_below is not None:
         fast.GATHER_BELOW[2] = gather_below
-    out = {"native_calls": 0}
+    out = {"native_calls": {}}
     if native_gather is not None:
+        from types import SimpleNamespace
+
         from paddle_ext.compat.native import fast_key
 
         fast_key.start(wait=True)
-        real = fast_key.GATHER_TAKE[0] if native_gather else None
+        real = fast_key.GLOO_NATIVE[0]
         if native_gather and real is None:
-            raise RuntimeError(f"the compiled gather_take is not loaded: {fast_key.status()}")
+            raise RuntimeError(f"the compiled gloo runners are not loaded: {fast_key.status()}")
 
-        def counted(*args):
-            out["native_calls"] += 1
-            return real(*args)
-        fast_key.GATHER_TAKE[0] = counted if native_gather else None
+        def counted(name):
+            def call(*args):
+                out["native_calls"][name] = out["native_calls"].get(name, 0) + 1
+                return getattr(real, name)(*args)
+            return call
+        out["native_calls"] = {}
+        fast_key.GLOO_NATIVE[0] = SimpleNamespace(
+            sole_owner=real.sole_owner, **{n: counted(n) for n in ("gather_take", "all_gather_into", "all_reduce_into")}
+        ) if native_gather else None
     for c in cases:
         _, dst, _, d_ranks = specs(c)
         # one local slice on one mesh (the fast path's slice runner): a copy, never a view of the

@@ -42,20 +42,22 @@ def test_repeated_calls_are_bit_exact_on_2_ranks(tmp_path):
     cases = one_d_cases(2)
     res = run_ranks(fr.repeated_calls, nproc=2, args=(cases, 3, None, True), timeout=300, log_dir=tmp_path)
     _check_repeated(cases, res, 3)
-    # small S(0) -> S(1): one all_gather of the whole shards and a slice (below GATHER_BELOW), as
-    # one native call on the gloo communicator (the compiled gather_take)
+    # small S(0) -> S(1): one all_gather of the whole shards and a slice (below GATHER_BELOW); it,
+    # S(0) -> R and P -> R each as one native call on the gloo communicator
     assert "gathered_slice" in res[0]["runners"], res[0]["runners"]
-    assert all(r["native_calls"] > 0 for r in res), [r["native_calls"] for r in res]
+    for r in res:
+        assert {"gather_take", "all_gather_into", "all_reduce_into"} <= set(r["native_calls"]), r["native_calls"]
 
 
-def test_small_s0_to_sj_without_the_native_call_is_bit_exact_on_2_ranks(tmp_path):
-    """Without the compiled gather_take (not built yet, another backend): Paddle's all_gather into
-    the kept buffer and a slice, the same values."""
-    cases = [c for c in one_d_cases(2) if c.src.startswith("[S(0)") and c.dst.startswith("[S(") and c.src != c.dst]
-    assert cases
+def test_one_collective_runners_without_the_native_calls_are_bit_exact_on_2_ranks(tmp_path):
+    """Without the compiled gloo runners (not built yet, another backend): Paddle's collectives
+    (all_gather into the output or the kept buffer and a slice; a copy and all_reduce), the same values."""
+    cases = [c for c in one_d_cases(2) if c.src.startswith(("[S(0)", "[P")) and c.src != c.dst]
+    assert len(cases) >= 3
     res = run_ranks(fr.repeated_calls, nproc=2, args=(cases, 2, None, False), timeout=300, log_dir=tmp_path)
     _check_repeated(cases, res, 2)
-    assert "gathered_slice" in res[0]["runners"] and all(r["native_calls"] == 0 for r in res)
+    assert {"gathered_slice", "gathered", "reduced"} <= set(res[0]["runners"]), res[0]["runners"]
+    assert all(r["native_calls"] == {} for r in res)
 
 
 def test_s_to_s_by_the_exchange_of_blocks_is_bit_exact_on_2_ranks(tmp_path):

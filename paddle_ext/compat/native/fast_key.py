@@ -18,10 +18,11 @@ plan key (:mod:`paddle_ext.reshard.fast`): ``bytes`` of one DistTensor's mesh (s
 process ids), global dims, dtype and placements, about 0.3 us against 1.5 us for the same facts
 through Paddle's Python getters; ``TypeError`` for anything else.
 
-``gather_take`` (:data:`GATHER_TAKE`) is not a key: the reshard fast path's small ``S(0) -> S(j)``
-on gloo (:func:`paddle_ext.reshard.fast_exchange._gather_slice`) as one call that gathers the
-shards on the group's gloo communicator and copies this rank's block, so that no Paddle op runs
-between the collective and the copy (on this VM such an op costs several times its own time).
+The same library holds what is not a key (:data:`GLOO_NATIVE`): the reshard fast path's
+one-collective runners on gloo as single native calls on the group's gloo communicator (an
+all_gather into the output; an all_reduce out of place; an all_gather and the copy of this rank's
+block), so that no Paddle op runs between two collectives: on this VM such an op costs several
+times its own time.
 
 The C++ source is ``paddle_ext/csrc/fast_key.cc``. It is built with Paddle's ``cpp_extension``
 against the installed Paddle's headers, only on the Paddle versions :mod:`~paddle_ext.compat.version`
@@ -47,12 +48,14 @@ KEY: list = [None]        # the compiled ``fast_key`` once loaded; the dispatche
 #: the compiled ``reshard_source_key(x) -> bytes`` once loaded (TypeError for a non-DistTensor);
 #: the reshard fast path reads RESHARD_KEY[0] per call and builds its Python key while it is None
 RESHARD_KEY: list = [None]
-#: the compiled ``gather_take(local, gathered, out, ring, dim, block)`` once loaded: the reshard fast
-#: path's small ``S(0) -> S(dim)`` on a gloo ring as one native call (an all_gather, then the copy of
-#: this rank's block, no Paddle op between them); the fast path uses Paddle's all_gather while None
-GATHER_TAKE: list = [None]
-#: the compiled ``sole_owner(t) -> bool`` (no other tensor shares ``t``'s memory) with GATHER_TAKE
-SOLE_OWNER: list = [None]
+#: the compiled module once loaded, for the reshard fast path's one-call gloo runners on CPU:
+#: ``all_gather_into(local, out, ring)`` (S(0) -> R), ``all_reduce_into(local, out, ring, op)`` (P -> R;
+#: phi's ReduceType: 0 sum, 1 max, 2 min), ``gather_take(local, out, ring, gathered, dim, block)`` (small
+#: S(0) -> S(dim): an all_gather, then the copy of this rank's block) and ``sole_owner(t)`` (no other
+#: tensor shares ``t``'s memory: the runner may write its next result there); None meanwhile (the
+#: runners call Paddle's collectives then)
+GLOO_NATIVE: list = [None]
+NATIVE_FUNCTIONS = ("all_gather_into", "all_reduce_into", "gather_take", "sole_owner")
 _STATE = {"status": "not started"}
 _LOCK = threading.Lock()
 
@@ -131,8 +134,7 @@ def _load() -> None:
         return
     _STATE["fn"] = module.fast_key
     _STATE["reshard_fn"] = getattr(module, "reshard_source_key", None)
-    SOLE_OWNER[0] = getattr(module, "sole_owner", None)
-    GATHER_TAKE[0] = getattr(module, "gather_take", None) if SOLE_OWNER[0] is not None else None
+    GLOO_NATIVE[0] = module if all(hasattr(module, f) for f in NATIVE_FUNCTIONS) else None
     if not _STATE.get("python_key"):
         KEY[0] = module.fast_key
         RESHARD_KEY[0] = _STATE["reshard_fn"]

@@ -71,8 +71,7 @@ def _build():
                            in_dygraph=paddle.in_dynamic_mode, dist=paddle.distributed, paddle=paddle,
                            placements_text=attrgetter("_placements_str"), dtype_code=attrgetter("dtype.value"),
                            same_mesh=core.ProcessMesh.__eq__, compiled_key=fast_key.RESHARD_KEY,
-                           gather_take=fast_key.GATHER_TAKE, sole_owner=fast_key.SOLE_OWNER,
-                           is_cpu=lambda t: t.place.is_cpu_place())
+                           gloo_native=fast_key.GLOO_NATIVE, is_cpu=lambda t: t.place.is_cpu_place())
 
 
 def ops() -> SimpleNamespace:
@@ -84,9 +83,9 @@ def ops() -> SimpleNamespace:
     when ``id(x.dtype)`` names the dtype: one object per dtype),
     ``same_mesh(a, b)`` (equal ranks and shape: the C++ compare, without ``ProcessMesh.__eq__``'s
     Python lists), ``compiled_key`` (a one-item list: the compiled source key
-    :data:`~paddle_ext.compat.native.fast_key.RESHARD_KEY` once loaded, else None), ``gather_take`` (a
-    one-item list: :data:`~paddle_ext.compat.native.fast_key.GATHER_TAKE` once loaded, else None),
-    ``sole_owner`` (the same for :data:`~paddle_ext.compat.native.fast_key.SOLE_OWNER`),
+    :data:`~paddle_ext.compat.native.fast_key.RESHARD_KEY` once loaded, else None), ``gloo_native`` (a
+    one-item list: the compiled module of :data:`~paddle_ext.compat.native.fast_key.GLOO_NATIVE`
+    once loaded, else None),
     ``is_cpu(t)``, ``grad_enabled()``, ``in_dygraph()``, ``dist``, ``paddle`` (built once)."""
     if not _OPS:
         _OPS.append(_build())
