@@ -2,7 +2,7 @@
 the simulator's prediction for the same schedule.
 
     python tools/bench_static.py [--hidden 256] [--acc 8] [--steps 6] [--rounds 1] [--unit] [--markdown]
-                                 [--binding process|compute|both] [--sched] [--unfused]
+                                 [--binding process|compute|both|none] [--sched] [--unfused]
 
 One launch trains a 4-block MLP (2 stages; VPP and ZB-V put 1 block per chunk) under each
 schedule in turn, each rank's compute bound to its own CPU (unbound, a rank's kernels spread
@@ -12,7 +12,8 @@ binds every thread of a rank (``run_ranks(pin_cpus=True)``), ``compute`` the com
 (``pin_cpus="compute"``: the static gloo send thread and gloo's I/O threads free on both
 CPUs, so a message need not wait for its sender's compute), ``both`` measures the two in one
 launch (``--interleave``: each step of each schedule runs once with the communication threads
-on the rank's CPU and once free; the profile runs once per binding); ``--sched`` adds each
+on the rank's CPU and once free; the profile runs once per binding), ``none`` binds nothing
+(``pin_cpus=False``: docs/static_engine.md, "Fifth pass"); ``--sched`` adds each
 thread class's CPU time and run-queue wait per step; ``--unfused`` adds ZBH1 and ZBV
 rows with the split's weight gradient added to its gradient-merge buffer by a separate ``add_``
 (as before the split wrote it with one ``addmm_``; docs/static_engine.md, "Fourth pass"). The default is ``process``: freeing the
@@ -81,7 +82,7 @@ def predicted(mode: str, schedule: str, meshes, pp: int, m: int, chunks: int, pr
 
 #: ``--binding`` -> run_ranks's pin_cpus; the launch of ``both`` binds the compute only, then
 #: moves the communication threads back to the rank's CPU for the ``process`` half of each step
-PIN = {"process": True, "compute": "compute", "both": "compute"}
+PIN = {"process": True, "compute": "compute", "both": "compute", "none": False}
 COMM_THREADS = ("pe_gloo_send", "pe_gloo_io")  # gloo_ops.cc's and static_collectives.py's names
 
 

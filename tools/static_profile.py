@@ -126,7 +126,7 @@ def stage_costs(blocks: dict, layer_meshes, chunks: int) -> dict:
 
 
 #: ``--binding`` -> run_ranks's pin_cpus
-PIN = {"compute": "compute", "process": True}
+PIN = {"compute": "compute", "process": True, "none": False}
 
 
 def profile(hidden: int, acc: int, steps: int = 10, timeout: int = 600, env=None, binding: str = "process") -> dict:
@@ -151,7 +151,7 @@ def main(argv=None) -> int:
     parser.add_argument("--acc", type=int, default=8)
     parser.add_argument("--glibc-default", action="store_true", help="run the ranks without MALLOC_ENV")
     parser.add_argument("--binding", choices=sorted(PIN), default="process",
-                        help="compute: the ranks' compute on one CPU each, comm threads free; process: whole ranks")
+                        help="compute: the ranks' compute on one CPU each, comm threads free; process: whole ranks; none: unbound")
     args = parser.parse_args(argv)
     print(json.dumps(profile(args.hidden, args.acc, env=None if args.glibc_default else MALLOC_ENV,
                              binding=args.binding), indent=1))
