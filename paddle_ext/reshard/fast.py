@@ -37,14 +37,14 @@ import os
 
 from ..compat.fixes.outside_mesh_hint import watch_mesh
 from ..compat.ports.convert import to_paddle_placements
-from ..compat.ports.fast_tensor import ops as _ops
+from ..compat.ports.fast_tensor import NativeCall, ops as _ops
 from ..compat.ports.mesh_reshape import local_mesh_reshape, reshape_placements
 from ..compat.ports.views import require_writable_views
 from ..placements import Partial, Replicate, Shard
 from . import dygraph
 from .layout import Geometry, coord_in, relative
 from .paddle_backend import GATHER_DTYPES, PaddleBackend
-from .fast_exchange import GATHER_BELOW, NativeCall, exchange_runner
+from .fast_exchange import GATHER_BELOW, exchange_runner
 from .per_rank import execute
 from .planner import plan_reshard
 from .route import GROUPS, NATIVE_LISTENERS, SAVED, even, group_for, note_no_parallel_env, route
@@ -300,7 +300,7 @@ def _collective(o, x, kind, src, dst, rank, ranks, group, exact):
 
 def _gather(o, x, dims, group, exact, gloo: bool):
     """``S(0) -> R``: one gloo all_gather of the dim-0 shards straight into the output (on gloo,
-    CPU: one native call, :class:`~.fast_exchange.NativeCall`)."""
+    CPU: one native call, :class:`~paddle_ext.compat.ports.fast_tensor.NativeCall`)."""
     gather, build, itemsize = o.dist.stream.all_gather, o.dist_tensor, x.element_size()
     native = NativeCall(o, x, gloo, group, dims)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from math import prod
 
+from ..compat.ports.fast_tensor import NativeCall
 from ..compat.ports.views import require_writable_views
 from ..placements import Partial, Shard
 
@@ -21,8 +22,6 @@ from ..placements import Partial, Shard
 #: all_gather of the whole shards and a slice instead of an exchange of blocks (2 ranks: a send
 #: and a recv; more: the per-rank executor's rounds). Measured crossover, docs/reshard.md.
 GATHER_BELOW = {2: 1 << 20}
-#: the dtypes the one-call gloo runners (:class:`NativeCall`) serve; others take Paddle's collectives
-NATIVE_DTYPES = ("float32", "float64", "int32", "int64")
 
 
 def exchange_runner(o, x, kind, a, b, k, ranks, group, dims, exact, gathers: bool, gloo: bool = False):
@@ -117,7 +116,7 @@ def _gather_slice(o, x, dst_dim, k, n, group, dims, exact, gloo: bool = False):
     copy of this rank's block of dim ``j`` as the output. n times the bytes of an all-to-all,
     one collective and one copy: below :data:`GATHER_BELOW` the cheapest way on gloo, where
     every op between two collectives costs more than itself (docs/reshard.md, "crossover").
-    On gloo (:class:`NativeCall`) both run in one native call."""
+    On gloo (:class:`~paddle_ext.compat.ports.fast_tensor.NativeCall`) both run in one native call."""
     gather, take, build = o.dist.stream.all_gather, o.take, o.dist_tensor
     b = dims[dst_dim] // n
     out_shape = [d // n if i == dst_dim else d for i, d in enumerate(dims)]
@@ -135,42 +134,6 @@ def _gather_slice(o, x, dst_dim, k, n, group, dims, exact, gloo: bool = False):
         return build(take(kept[0], dst_dim, k * b, (k + 1) * b), dims, mesh, exact, True)
 
     return gathered_slice
-
-
-class NativeCall:
-    """A one-collective runner's call into the compiled gloo functions
-    (:data:`paddle_ext.compat.native.fast_key.GLOO_NATIVE`), for CPU tensors on a gloo world:
-    ``call(name, local, *args)`` writes the result into an output of ``out_shape`` and returns it,
-    or returns None when the runner must use Paddle's collective instead (not built yet, another
-    backend or device; a ValueError of the native call, raised before any data moves). The output
-    is the previous call's when nothing holds it any more (``sole_owner``: no result, view or
-    DistTensor shares it), else a fresh one: on this VM a Paddle op between two gloo collectives
-    (a ``paddle.empty``) costs several times its own time."""
-
-    def __init__(self, o, x, gloo: bool, group, out_shape):
-        served = gloo and o.is_cpu(x) and str(x.dtype).replace("paddle.", "") in NATIVE_DTYPES
-        self.module = o.gloo_native if served else [None]
-        self.ring = "0" if group is None else str(group.id)   # a dygraph group's gloo communicator: its id
-        self.o, self.out_shape, self.itemsize = o, list(out_shape), x.element_size()
-        self.last, self.refused = None, False
-
-    def __call__(self, name, local, *args):
-        module = self.module[0]
-        if module is None or self.refused:
-            return None
-        out = self.last
-        if out is None or not module.sole_owner(out):   # the caller still holds the last result
-            out = self.last = self.o.output(self.out_shape, local.dtype, self.itemsize)
-        fn = getattr(module, name)
-        try:
-            fn(local, out, self.ring, *args)
-        except ValueError:   # a strided local value: once more with a contiguous copy
-            try:
-                fn(local.contiguous(), out, self.ring, *args)
-            except ValueError:   # no gloo communicator for this group: Paddle's collective from now on
-                self.refused = True
-                return None
-        return out
 
 
 def _reduce_swap(o, x, op, dim, k, trade, dims, exact):
@@ -197,4 +160,4 @@ def _reduce_swap(o, x, op, dim, k, trade, dims, exact):
     return reduced
 
 
-__all__ = ["GATHER_BELOW", "KEEP_SEND_BELOW", "NativeCall", "exchange_runner"]
+__all__ = ["GATHER_BELOW", "KEEP_SEND_BELOW", "exchange_runner"]

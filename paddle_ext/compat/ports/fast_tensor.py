@@ -92,4 +92,44 @@ def ops() -> SimpleNamespace:
     return _OPS[0]
 
 
-__all__ = ["ops"]
+#: the dtypes the one-call gloo runners (:class:`NativeCall`) serve; others take Paddle's collectives
+NATIVE_DTYPES = ("float32", "float64", "int32", "int64")
+
+
+class NativeCall:
+    """A one-collective runner's call into the compiled gloo functions
+    (:data:`~paddle_ext.compat.native.fast_key.GLOO_NATIVE`), for CPU tensors on a gloo world:
+    ``call(name, local, *args)`` writes the result into an output of ``out_shape`` and returns it,
+    or returns None when the runner must use Paddle's collective instead (not built yet, another
+    backend or device; a ValueError of the native call, raised before any data moves). The output
+    is the previous call's when nothing holds it any more (``sole_owner``: no result, view or
+    DistTensor shares it), else a fresh one: on this VM a Paddle op between two gloo collectives
+    (a ``paddle.empty``) costs several times its own time."""
+
+    def __init__(self, o, x, gloo: bool, group, out_shape):
+        served = gloo and o.is_cpu(x) and str(x.dtype).replace("paddle.", "") in NATIVE_DTYPES
+        self.module = o.gloo_native if served else [None]
+        self.ring = "0" if group is None else str(group.id)   # a dygraph group's gloo communicator: its id
+        self.o, self.out_shape, self.itemsize = o, list(out_shape), x.element_size()
+        self.last, self.refused = None, False
+
+    def __call__(self, name, local, *args):
+        module = self.module[0]
+        if module is None or self.refused:
+            return None
+        out = self.last
+        if out is None or not module.sole_owner(out):   # the caller still holds the last result
+            out = self.last = self.o.output(self.out_shape, local.dtype, self.itemsize)
+        fn = getattr(module, name)
+        try:
+            fn(local, out, self.ring, *args)
+        except ValueError:   # a strided local value: once more with a contiguous copy
+            try:
+                fn(local.contiguous(), out, self.ring, *args)
+            except ValueError:   # no gloo communicator for this group: Paddle's collective from now on
+                self.refused = True
+                return None
+        return out
+
+
+__all__ = ["NATIVE_DTYPES", "NativeCall", "ops"]
