@@ -62,13 +62,10 @@ def plans(args) -> list:
     return PLANS + (UNFUSED if getattr(args, "unfused", False) else [])
 
 
-PADDLE_PASSES = ("FThenB", "1F1B", "VPP")  # Paddle's own passes: messages inside the compute jobs
-
-
 def predicted(mode: str, schedule: str, meshes, pp: int, m: int, chunks: int, profile=None) -> float:
     """The simulated step of ``mode`` (unit costs without ``profile``; else the profiled ones)."""
     from paddle_ext.passes import Costs
-    from paddle_ext.passes.static.job_model import StaticCosts, simulate_static
+    from paddle_ext.passes.static.job_model import PADDLE_PASSES, StaticCosts, simulate_static
     from static_profile import stage_costs
 
     if profile is None:

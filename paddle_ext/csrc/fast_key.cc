@@ -1,7 +1,9 @@
 // paddle-ext: the dispatch fast path's cache key, and the source half of the reshard fast path's
-// plan key, read straight from the DistTensors; and the reshard fast path's small S(0) -> S(j) on
-// gloo as one native call (GatherTake: an all_gather and the copy of this rank's block, with no
-// Paddle op between them).
+// plan key, read straight from the DistTensors; and the reshard fast path's one-collective runners
+// on gloo, each one native call on the group's GlooCommContext (AllGatherInto: S(0) -> R;
+// AllReduceInto: P -> R; GatherTake: small S(0) -> S(j), an all_gather and the copy of this rank's
+// block), with SoleOwner to tell when the last output may be written again: no Paddle op runs
+// between two collectives (paddle_ext/compat/ports/fast_tensor.py, NativeCall).
 //
 // Built by paddle_ext/compat/native/cpp_build.py (piece "fast_key") against the installed Paddle's
 // headers; loaded by paddle_ext/compat/native/fast_key.py (which documents the key's contents).
@@ -148,10 +150,11 @@ py::bytes ReshardSourceKey(py::handle x) {
 
 // The dense tensor behind a Python Tensor object; TypeError for anything else.
 phi::DenseTensor* DenseOf(py::handle obj, const char* what) {
-  if (!paddle::pybind::PyCheckTensor(obj.ptr())) throw py::type_error(std::string("gather_take: ") + what + " is not a Tensor");
+  if (!paddle::pybind::PyCheckTensor(obj.ptr()))
+    throw py::type_error(std::string("paddle-ext fast path: ") + what + " is not a Tensor");
   phi::TensorBase* impl = reinterpret_cast<paddle::pybind::TensorObject*>(obj.ptr())->tensor.impl().get();
   if (impl == nullptr || !phi::DenseTensor::classof(impl) || !impl->initialized())
-    throw py::type_error(std::string("gather_take: ") + what + " is not an allocated dense CPU tensor");
+    throw py::type_error(std::string("paddle-ext fast path: ") + what + " is not an allocated dense tensor");
   return static_cast<phi::DenseTensor*>(impl);
 }
 
@@ -181,14 +184,14 @@ void AllGatherInto(py::handle local, py::handle out, const std::string& ring) {
 
 // P -> R on gloo ring `ring`: `out` (the caller's, as large as `local`) = the reduction of every
 // rank's `local` (phi::ReduceType: 0 sum, 1 max, 2 min); `local` is only read.
-void AllReduceInto(py::handle local, py::handle out, const std::string& ring, int gloo_op) {
+void AllReduceInto(py::handle local, py::handle out, const std::string& ring, int reduce_type) {
   phi::DenseTensor* x = DenseOf(local, "the local value");
   phi::DenseTensor* y = DenseOf(out, "the output");
   CheckPair(x, y, "all_reduce_into");
   if (x->numel() != y->numel()) throw py::value_error("paddle-ext all_reduce_into: output and input differ in size");
   auto* comm = GlooRing(ring);
   py::gil_scoped_release free;
-  comm->AllReduce(y, *x, gloo_op, 0);
+  comm->AllReduce(y, *x, reduce_type, 0);
 }
 
 // S(0) -> S(dim) of a global tensor on the ranks of gloo ring `ring` (a dygraph group's id): gather

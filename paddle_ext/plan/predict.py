@@ -214,8 +214,7 @@ def _pipeline(c: Candidate, stages: List[StageCost], act: tuple, latency: float,
     the static Engine's (``static``: its jobs, messages and hand-off, the ``latency`` given)."""
     if static is None:
         return _simulate(c.schedule, c.pp, c.microbatches, c.chunks, _stage_times(stages), act, latency)[:2]
-    return static_simulate(c.schedule, c.pp, c.microbatches, c.chunks, _stage_times(stages), static,
-                           latency - static.latency_s)
+    return static_simulate(c.schedule, c.pp, c.microbatches, c.chunks, _stage_times(stages), static, latency)
 
 
 def predict(model: ModelDesc, c: Candidate, profile: Profile, ranks_per_node: int = 0,

@@ -40,7 +40,7 @@ from ..passes.static import passes as static_passes
 _JOB = re.compile(r"^([a-z_]+?)(\d+)-(\d+)\[")
 _OP = re.compile(r"^(pd_op|custom_op)\.[a-z_0-9]+\[")
 COMPUTE_JOBS = ("forward", "backward_b", "backward_w")
-#: the profiled model: blocks, hidden size, micro-batches, steps (the first two not profiled)
+#: the profiled model's hidden size, micro-batches per step and steps (the profiler skips the first two)
 DEFAULTS = {"hidden": 256, "acc": 8, "steps": 8}
 
 

@@ -31,12 +31,10 @@ from typing import Mapping, Tuple
 
 from ..errors import PaddleExtError
 from ..passes.sim_model import Costs
-from ..passes.static.job_model import StaticCosts, simulate_static
+from ..passes.static.job_model import PADDLE_PASSES, StaticCosts, simulate_static
 from .errors import ProfileError
 from .profile_data import Profile
 
-#: the schedule_modes Paddle's own static passes run (messages inside the compute jobs)
-PADDLE_PASSES = ("FThenB", "1F1B", "VPP")
 ENGINES = ("dygraph", "static")
 STATIC_HINT = ("measure it with `paddle-ext profile --static --model <model> --nproc <N> --out FILE.json` "
                "(a 2-rank launch of the static Engine), or add static_engine = {job_s, message_s, latency_s}")
@@ -89,9 +87,9 @@ def static_simulate(schedule: str, pp: int, m: int, chunks: int, stage_times: Tu
                     runtime: StaticRuntime, latency_s: float):
     """``(makespan, busy per rank)`` in seconds of the static Engine's simulated pipeline of ``schedule`` on ``pp``
     ranks, ``m`` microbatches, ``chunks`` per rank; ``stage_times[s]`` = ``(F, I, W, B)`` seconds
-    of stage ``s``; ``latency_s`` a message's time on the wire (added to the hand-off)."""
-    costs = StaticCosts(1.0, 1.0, 1.0, job=runtime.job_s, message=runtime.message_s,
-                        latency=runtime.latency_s + latency_s)
+    of stage ``s``; ``latency_s`` from a message's send to its data on the other rank (the
+    runtime's hand-off and the bytes on the wire); ``runtime`` gives the cost per job and message."""
+    costs = StaticCosts(1.0, 1.0, 1.0, job=runtime.job_s, message=runtime.message_s, latency=latency_s)
     per_stage = {s: Costs(f, i, w, b) for s, (f, i, w, b) in enumerate(stage_times)}
     r = simulate_static(schedule, pp, m, chunks, costs=costs, paddle_pass=schedule in PADDLE_PASSES,
                         stage_costs=per_stage)

@@ -321,12 +321,12 @@ def _all_reduce(o, x, op, n, dims, group, exact, gloo: bool):
     dist, build, copy_into, itemsize = o.dist, o.dist_tensor, o.copy_into, x.element_size()
     red = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
            "min": dist.ReduceOp.MIN}[op]
-    gloo_op = {"sum": 0, "avg": 0, "max": 1, "min": 2}[op]   # phi ReduceType, as GlooCommContext reads it
+    reduce_type = {"sum": 0, "avg": 0, "max": 1, "min": 2}[op]   # phi::ReduceType, as GlooCommContext reads it
     native = NativeCall(o, x, gloo, group, dims)
 
     def reduced(x, mesh):
         local = o.local(x)
-        y = native("all_reduce_into", local, gloo_op)
+        y = native("all_reduce_into", local, reduce_type)
         if y is None:
             y = o.output(dims, local.dtype, itemsize)
             copy_into(local, y)

@@ -37,9 +37,13 @@ from paddle_ext.passes.stage_placement import stages_on_rank
 from paddle_ext.passes.static.jobs import JOB_OF_KIND, rank_schedule, uses_split
 from paddle_ext.passes.static.merge import alone_types, groups
 
-__all__ = ["StaticCosts", "simulate_static", "action_jobs", "paddle_job_order"]
+__all__ = ["PADDLE_PASSES", "StaticCosts", "simulate_static", "action_jobs", "paddle_job_order"]
 
 COMM = (Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B)
+#: the schedule_modes Paddle's own PIR pipeline passes run (and that work with the gloo backend):
+#: their messages run inside the compute jobs (``simulate_static(paddle_pass=True)``);
+#: paddle-ext's versions of them are registered as ``IR_<name>``
+PADDLE_PASSES = ("FThenB", "1F1B", "VPP")
 
 
 @dataclass(frozen=True)

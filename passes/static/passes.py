@@ -29,6 +29,7 @@ from paddle_ext.compat.ports.static_plan import device_place_attr, make_plan, pa
 from paddle_ext.errors import ScheduleError
 from paddle_ext.passes.schedules import SCHEDULES, get_schedule_info
 from paddle_ext.passes.static.bw_split import classify_backward, split_matmul_grads
+from paddle_ext.passes.static.job_model import PADDLE_PASSES
 from paddle_ext.passes.static.jobs import job_types, jobs_of_rank, rank_schedule, uses_split
 from paddle_ext.passes.static.merge import alone_types, merge_jobs
 from paddle_ext.passes.static.program_split import (assign_jobs, check_merged_order, check_order, handovers,
@@ -37,7 +38,7 @@ from paddle_ext.passes.static.program_split import (assign_jobs, check_merged_or
 __all__ = ["install_static", "register_static_passes", "registered_name", "PADDLE_OWNED"]
 
 logger = logging.getLogger("paddle_ext.static")
-PADDLE_OWNED = ("FThenB", "1F1B", "VPP")  # Paddle's PIR passes that work (with the gloo backend)
+PADDLE_OWNED = PADDLE_PASSES  # Paddle's PIR passes that work (with the gloo backend)
 #: merge a rank's consecutive jobs of one micro-batch into one job (:mod:`.merge`); False gives one
 #: job per action, as before the merge (for measuring what the merge saves)
 MERGE_JOBS = True
