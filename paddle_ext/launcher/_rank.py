@@ -4,7 +4,8 @@ It runs the function as ``python -m paddle.distributed.launch script.py`` runs a
 ``set_device``, no ``init_parallel_env``, no ``paddle_ext.install()`` -- the function does what
 it needs itself. It writes ``results/rank.N.pkl`` as ``("ok", value)`` or ``("error",
 traceback)``, renamed into place so the parent never reads half a file, then leaves through
-normal interpreter teardown (after the parent has every result: rank 0 hosts the TCP store).
+normal interpreter teardown (after the parent has every result: rank 0 hosts the TCP store), with
+``faulthandler`` on: a crash at exit leaves the Python stack of every thread in the rank's log.
 
 With ``pin_cpus`` in the payload (a measurement asked for it) the rank first binds itself to one
 CPU, before it imports anything that starts threads: :func:`cpus_for` picks it. With
@@ -13,6 +14,7 @@ CPU, before it imports anything that starts threads: :func:`cpus_for` picks it. 
 gloo I/O threads of the static Engine's communicators) move themselves there when they start,
 so a message need not wait for this rank's compute to leave the CPU.
 """
+import faulthandler
 import importlib
 import os
 import pickle
@@ -94,6 +96,9 @@ def main(payload_path: str) -> int:
         deadline = time.monotonic() + 3600
         while not os.path.exists(release) and time.monotonic() < deadline:
             time.sleep(0.05)
+    # teardown follows: a fatal signal there writes every thread's Python stack to the rank's log.
+    # Installed now, over the handler the function's imports set (Paddle's), which runs after it.
+    faulthandler.enable(all_threads=True)
     return 0 if record[0] == "ok" else 1
 
 

@@ -68,7 +68,7 @@ def cpu_affinity():
 
 
 def exit_badly(how, bad_rank):
-    """Return normally, then make interpreter teardown on ``bad_rank`` hang or fail."""
+    """Return normally, then make interpreter teardown on ``bad_rank`` hang, fail or crash."""
     import atexit
     import paddle.distributed as dist
 
@@ -76,6 +76,10 @@ def exit_badly(how, bad_rank):
     if rank == bad_rank:
         if how == "hang":
             atexit.register(time.sleep, 3600)
+        elif how == "segfault":
+            import ctypes
+
+            atexit.register(ctypes.string_at, 0)   # reads address 0: SIGSEGV in teardown
         else:
             atexit.register(os._exit, 3)
     return rank

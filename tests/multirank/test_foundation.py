@@ -50,6 +50,18 @@ def test_rank_that_fails_in_teardown_is_named(how, kind, detail, tmp_path):
     assert [f.rank for f in info.value.failures if f.kind != "stopped"] == [1]
 
 
+def test_a_crash_at_exit_leaves_the_python_stack_in_the_log(tmp_path):
+    """A rank that dies of SIGSEGV in teardown: the report names it, with the Python frame it died
+    in (faulthandler, on from the rank's return; Paddle's own handler prints no stack there)."""
+    with pytest.raises(HarnessError) as info:
+        run_ranks(fr.exit_badly, nproc=2, args=("segfault", 1), timeout=120, exit_timeout=10,
+                  log_dir=tmp_path / "log")
+    rank1 = str(info.value).split("--- rank 1 (failed at exit) ---", 1)[1]
+    assert "exited with code -11 during interpreter teardown" in rank1, rank1
+    assert "Fatal Python error: Segmentation fault" in rank1 and "in string_at" in rank1, rank1
+    assert info.value.results == [0, 1]
+
+
 def test_a_measurement_keeps_its_values_through_a_crash_at_exit(tmp_path):
     """``teardown="warn"`` (the profile, a plan's run): the values stand and the crash is said."""
     with pytest.warns(RuntimeWarning, match="rank 1 failed at exit"):
