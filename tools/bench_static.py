@@ -21,7 +21,9 @@ communication threads made no schedule faster (docs/static_engine.md, "Third pas
 time is measured around ``DistModel.__call__``, the first step (program build, first-use
 allocations) left out, and the median of the rest is kept (the slower rank's); with ``--rounds
 R`` the launch runs R times and each schedule keeps its fastest round (the machine's other load
-only ever adds time).
+only ever adds time); the table also gives each schedule's step over FThenB's within each launch,
+as the median and range over the R launches (how far one launch's ratio can be trusted).
+IR_VPP, paddle-ext's lowering of VPP's order, is measured beside Paddle's VPP pass.
 
 The prediction is :func:`paddle_ext.passes.static.job_model.simulate_static`'s makespan over
 FThenB's: the schedule as the Engine runs it (jobs merged as the pass merges them, Paddle's own
@@ -47,6 +49,7 @@ PLANS = [
     ("1F1B", "1F1B", [0, 0, 1, 1], 1),
     ("IR_1F1B", "1F1B", [0, 0, 1, 1], 1),
     ("VPP", "VPP", [0, 1, 0, 1], 2),
+    ("IR_VPP", "VPP", [0, 1, 0, 1], 2),
     ("ZBH1", "ZBH1", [0, 0, 1, 1], 1),
     ("ZBV", "ZBV", [0, 1, 1, 0], 2),
 ]
@@ -101,6 +104,12 @@ def bind_comm_threads(binding: str) -> int:
     return moved
 
 
+#: tid -> "pe_gloo_io" for the gloo I/O threads: named so only under ``--binding compute``
+#: (``static_collectives.comm_threads_free``); else found by their wait channel, ``epoll_wait``
+#: (sticky: a running thread's channel is 0), as ``test_static_thread_bind`` finds them
+_IO = {}
+
+
 def thread_times(main: int, main_first: bool) -> dict:
     """``{class: [run ns, run-queue wait ns, involuntary switches]}`` summed over this process's
     threads by class (``main``, ``pe_gloo_send``, ``pe_gloo_io``, ``other``: Paddle's executor
@@ -119,7 +128,14 @@ def thread_times(main: int, main_first: bool) -> dict:
                 switches = next(int(line.split()[1]) for line in f if line.startswith("nonvoluntary_ctxt_switches"))
         except (OSError, StopIteration, ValueError):  # the thread ended meanwhile
             continue
-        cls = "main" if int(tid) == main else name if name in COMM_THREADS else "other"
+        if tid not in _IO:
+            try:
+                with open(f"/proc/self/task/{tid}/wchan") as f:
+                    if "epoll" in f.read():
+                        _IO[tid] = "pe_gloo_io"
+            except OSError:
+                pass
+        cls = "main" if int(tid) == main else name if name in COMM_THREADS else _IO.get(tid, "other")
         total = out.setdefault(cls, [0, 0, 0])
         for i, x in enumerate((run, wait, switches)):
             total[i] += x
@@ -235,7 +251,26 @@ def measure(args) -> dict:
         for launch in launches:
             for binding, results in _launch(args, cfgs, env, launch).items():
                 _keep_fastest(best[binding], results, plans(args))
+                _keep_ratios(best[binding], results, plans(args))
     return best
+
+
+def _step(per_rank) -> float | None:
+    """A launch's step of one schedule: the slower rank's median over the steps after the first."""
+    if any("error" in r for r in per_rank):
+        return None
+    return max(statistics.median(r["step_seconds"][1:]) for r in per_rank)
+
+
+def _keep_ratios(best: dict, results, rows) -> None:
+    """Add each schedule's step over FThenB's *in this launch* to ``best[(mode, "ratios")]`` (the
+    schedules ran interleaved there, step by step): their spread over launches says how far one
+    launch's ratio can be trusted (docs/static_engine.md, "Sixth pass")."""
+    base = _step([r[0] for r in results])
+    for i, (mode, _, _, _) in enumerate(rows):
+        t = _step([r[i] for r in results])
+        if base and t:
+            best.setdefault((mode, "ratios"), []).append(t / base)
 
 
 def _keep_fastest(best: dict, results, rows) -> None:
@@ -298,10 +333,15 @@ def _table(args, times: dict, profiles: dict) -> None:
         for mode, t, p in rows:
             ok = isinstance(t, float) and isinstance(base_t, float)
             sim = "–" if p is None else f"{p / base_p:.2f}"
-            cells[(mode, b)] = (f"{1000 * t:.1f} | {t / base_t:.2f} | {sim}" if ok else f"failed: {t} | | ")
-    columns = " | ".join(f"{b}: step (ms) | measured / FThenB | simulated / FThenB" for b in bindings)
+            per = sorted(times[b].get((mode, "ratios"), []))
+            launches = (f"{statistics.median(per):.2f} ({per[0]:.2f}-{per[-1]:.2f})" if len(per) > 1
+                        else f"{per[0]:.2f}" if per else "–")
+            cells[(mode, b)] = (f"{1000 * t:.1f} | {t / base_t:.2f} | {launches} | {sim}" if ok
+                                else f"failed: {t} | | | ")
+    columns = " | ".join(f"{b}: step (ms) | measured / FThenB | per launch: median (range) | simulated / FThenB"
+                         for b in bindings)
     if args.markdown:
-        print(f"\n| schedule_mode | {columns} |\n|---|" + "---|---|---|" * len(bindings))
+        print(f"\n| schedule_mode | {columns} |\n|---|" + "---|---|---|---|" * len(bindings))
     else:
         print(f"{'schedule':10s} {columns}")
     for mode, _, _, _ in plans(args):
