@@ -85,6 +85,7 @@ def _split(result):
     return threads[result["main"]], send, io, rest
 
 
+@pytest.mark.long_tail   # a benchmark-only binding (bench_static --binding compute); 18 s of CI's budget
 def test_compute_binding_frees_the_comm_threads_only(tmp_path):
     allowed = sorted(os.sched_getaffinity(0))
     if len(allowed) < 2:
