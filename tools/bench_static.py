@@ -280,7 +280,7 @@ def _keep_fastest(best: dict, results, rows) -> None:
         if errors:
             best[mode] = errors[0].splitlines()[0][:80]
             continue
-        seconds = max(statistics.median(r["step_seconds"][1:]) for r in per_rank)
+        seconds = _step(per_rank)
         if not isinstance(best.get(mode), float) or seconds < best[mode]:
             best[mode] = seconds
             best[(mode, "threads")] = [r.get("threads") for r in per_rank]
