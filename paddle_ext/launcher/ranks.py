@@ -163,7 +163,8 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
     payload = work / "payload.pkl"
     with open(payload, "wb") as f:
         pickle.dump({"module": module, "name": name, "args": tuple(args), "kwargs": dict(kwargs or {}),
-                     "sys_path": _abs_sys_path(), "results": str(results_dir), "pin_cpus": pin_cpus}, f)
+                     "sys_path": _abs_sys_path(), "results": str(results_dir), "pin_cpus": pin_cpus,
+                     "exit_timeout": exit_timeout}, f)
     tag = uuid.uuid4().hex
     _LAUNCHED_TAGS.append(tag)
     child_env = dict(os.environ)
@@ -238,16 +239,25 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
         # every rank returned and only teardown went wrong: the values stay readable
         if all_returned:
             err.results = [_read(results_dir, r)[1] for r in range(nproc)]
-            if teardown == "warn":   # its values stand, the crash is said
-                head = str(err).splitlines()[0]
-                warnings.warn(f"paddle-ext: every rank returned its result, then: {head}", RuntimeWarning,
-                              stacklevel=2)
-                return err.results
+        if log_dir and not keep_logs:
+            _drop_work(work, logs)
+        if all_returned and teardown == "warn":   # its values stand, the crash is said
+            head = str(err).splitlines()[0]
+            warnings.warn(f"paddle-ext: every rank returned its result, then: {head}", RuntimeWarning, stacklevel=2)
+            return err.results
         raise err
     results = [_read(results_dir, r)[1] for r in range(nproc)]
-    if not log_dir and not keep_logs:
+    if not keep_logs:   # with log_dir the logs are there; otherwise in work, kept only if asked
         shutil.rmtree(work, ignore_errors=True)
     return results
+
+
+def _drop_work(work: Path, logs: Path) -> None:
+    """After a failed run whose logs live in ``log_dir``: the payload and results go, a crashed
+    rank's core dump (the ranks' cwd is ``work``) joins the logs."""
+    for core in work.glob("core*"):
+        shutil.move(str(core), str(logs / core.name))
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def _exit_code(results_dir: Path, rank: int) -> int | None:

@@ -85,6 +85,25 @@ def exit_badly(how, bad_rank):
     return rank
 
 
+def note_teardown_times(out_dir):
+    """Join the gloo world (rank 0 hosts Paddle's TCP store), return, and in teardown write when
+    this rank's Python teardown began (rank 0) or ended (rank 1, after a 1 s delay)."""
+    import atexit
+    import paddle.distributed as dist
+
+    dist.init_parallel_env()
+    rank = dist.get_rank()
+
+    def note():
+        with open(os.path.join(out_dir, f"teardown.{rank}"), "w") as f:
+            f.write(repr(time.time()))
+
+    atexit.register(note)   # atexit runs last-in first: rank 1 sleeps, then notes
+    if rank == 1:
+        atexit.register(time.sleep, 1.0)
+    return rank
+
+
 def local_shards_of_shard_tensor(cases):
     """For each (shape, mesh_shape, placements text): this rank's local shape and values.
 

@@ -1,5 +1,6 @@
 """Foundation on real ranks: the harness's three outcomes, Paddle's uneven shards, the Engine fixes."""
 import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -12,10 +13,14 @@ from paddle_ext.testing import run_ranks
 pytestmark = pytest.mark.multirank
 
 
-def test_passing_function_returns_each_ranks_value(tmp_path):
+def test_passing_function_returns_each_ranks_value(tmp_path, monkeypatch):
+    scratch = tmp_path / "scratch"   # the harness's own temporary directory goes here
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     results = run_ranks(fr.allreduce_rank_sum, nproc=2, args=("x",), timeout=120, log_dir=tmp_path / "log")
     assert results == [{"rank": 0, "sum": 3.0, "extra": "x"}, {"rank": 1, "sum": 3.0, "extra": "x"}]
     assert (tmp_path / "log" / "workerlog.0").exists()
+    assert not list(scratch.iterdir()), "the logs are in log_dir: nothing else of the run may stay behind"
 
 
 def test_harness_adds_no_set_up(tmp_path):
@@ -60,6 +65,17 @@ def test_a_crash_at_exit_leaves_the_python_stack_in_the_log(tmp_path):
     assert "exited with code -11 during interpreter teardown" in rank1, rank1
     assert "Fatal Python error: Segmentation fault" in rank1 and "in string_at" in rank1, rank1
     assert info.value.results == [0, 1]
+
+
+def test_rank_0_which_hosts_the_store_tears_down_after_the_others(tmp_path):
+    """A peer's store connection closing while rank 0 runs its C++ static destructors crashes
+    rank 0 (exit code -11, no output; launcher/_rank.py): rank 0 starts its teardown only once
+    every other rank's process is gone, here a rank 1 that takes a second over its teardown."""
+    assert run_ranks(fr.note_teardown_times, nproc=2, args=(str(tmp_path),), timeout=120,
+                     log_dir=tmp_path / "log") == [0, 1]
+    began_0 = float((tmp_path / "teardown.0").read_text())
+    ended_1 = float((tmp_path / "teardown.1").read_text())
+    assert began_0 > ended_1, f"rank 0 began its teardown {ended_1 - began_0:.2f} s before rank 1 ended"
 
 
 def test_a_measurement_keeps_its_values_through_a_crash_at_exit(tmp_path):
