@@ -212,11 +212,11 @@ def measure_static_engine(timeout: float = 600.0, log_dir=None, **sizes) -> dict
     with what it was measured on."""
 
     cfg = dict(DEFAULTS, **sizes, schedule="ZBV", layer_meshes=[0, 1, 1, 0], vpp=2)
-    out_dir = tempfile.mkdtemp(prefix="paddle_ext_static_profile_")
     load = os.getloadavg()[0]
-    results = run_ranks(profile_rank, nproc=2, args=([cfg], out_dir), timeout=timeout, pin_cpus=True,
-                        log_dir=log_dir, teardown="warn")
-    section = runtime_from([job_times(r[0]["trace"], r[0]["window"]) for r in results])
+    with tempfile.TemporaryDirectory(prefix="paddle_ext_static_profile_") as out_dir:   # the ranks' traces, read here
+        results = run_ranks(profile_rank, nproc=2, args=([cfg], out_dir), timeout=timeout, pin_cpus=True,
+                            log_dir=log_dir, teardown="warn")
+        section = runtime_from([job_times(r[0]["trace"], r[0]["window"]) for r in results])
     section["measured"] = (f"ZBV, 2 ranks, 4 blocks of hidden {cfg['hidden']}, {cfg['acc']} micro-batches, one job "
                            f"per action; load average {load:.2f} before")
     return section

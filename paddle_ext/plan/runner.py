@@ -53,16 +53,18 @@ def run_candidate(c: Candidate, model_config: dict, steps: int = 6, timeout: flo
     from ..demo.train import RunConfig, train_rank
     from ..launcher import run_ranks
 
-    work = Path(tempfile.mkdtemp(prefix="paddle_ext_plan_run_"))
-    progress = work / "progress.jsonl"
-    run = RunConfig(plan=c.name, schedule=c.schedule or "1F1B", steps=steps, batch=c.batch,
-                    microbatches=c.microbatches, progress_file=str(progress))
     env = _cpu_rank_env()
     stolen: dict = {}
-    with optional_file_lock(lock), steal_meter(stolen):
-        results = run_ranks(train_rank, nproc=c.world_size, args=(run.__dict__, dict(model_config)), timeout=timeout,
-                            log_dir=log_dir, env=env, teardown="warn", pin_cpus=True)
-    elapsed = [json.loads(line)["elapsed"] for line in progress.read_text().splitlines() if line.strip()]
+    # the ranks' step log lives only as long as the run: a plan search runs many candidates
+    with tempfile.TemporaryDirectory(prefix="paddle_ext_plan_run_") as work:
+        progress = Path(work) / "progress.jsonl"
+        run = RunConfig(plan=c.name, schedule=c.schedule or "1F1B", steps=steps, batch=c.batch,
+                        microbatches=c.microbatches, progress_file=str(progress))
+        with optional_file_lock(lock), steal_meter(stolen):
+            results = run_ranks(train_rank, nproc=c.world_size, args=(run.__dict__, dict(model_config)),
+                                timeout=timeout, log_dir=log_dir, env=env, teardown="warn", pin_cpus=True)
+        lines = progress.read_text().splitlines()
+    elapsed = [json.loads(line)["elapsed"] for line in lines if line.strip()]
     diffs = step_times(elapsed)
     return {"measured_step_s": statistics.median(diffs), "measured_peak_bytes": max(r["peak_memory"] for r in results),
             "step_times": diffs, "losses": results[0]["losses"], **stolen}

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import resource
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import paddle
@@ -119,10 +117,9 @@ def run_candidate(c, cfg: dict, spec: str, steps: int = 16, timeout: float = 600
     "measured_peak_bytes", "step_times", "losses", "max_loss_error", "max_grad_error",
     "grads_checked", "steal_fraction"}``."""
     stolen: dict = {}
-    logs = log_dir or Path(tempfile.mkdtemp(prefix="paddle_ext_plan_user_run_")) / "log"
     with optional_file_lock(lock), steal_meter(stolen):
         results = run_ranks(train_rank, nproc=c.pp * c.dp * c.tp, args=(spec, cfg, max(steps, WARMUP + 1)),
-                            timeout=timeout, log_dir=logs, env=_cpu_rank_env(), teardown="warn", pin_cpus=True)
+                            timeout=timeout, log_dir=log_dir, env=_cpu_rank_env(), teardown="warn", pin_cpus=True)
     ends = next(r for r in results if r["rank"] == 0)["step_ends"]
     diffs = step_times(ends)
     losses = next((r["losses"] for r in results if r["losses"][0] is not None), None)

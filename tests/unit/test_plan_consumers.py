@@ -8,6 +8,7 @@ sequence parallelism, schedule, microbatches and pipeline stages.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -42,6 +43,8 @@ def _demo_launches(monkeypatch, cands):
     for c in cands:
         runner.run_candidate(c, {"n_layers": 2}, steps=4)
         out.append((c, *seen[-1]))
+        # the step log's directory lives as long as the run: a plan search leaves nothing in /tmp
+        assert not os.path.exists(os.path.dirname(seen[-1][2].progress_file)), c.name
     return out
 
 
