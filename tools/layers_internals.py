@@ -25,6 +25,7 @@ The check imports Paddle (about 3 s); without Paddle it stops with a message say
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import io
 import re
@@ -75,12 +76,21 @@ def distributed_modules(sources) -> set[str]:
     """The ``paddle.distributed`` modules the sources import (absolute imports)."""
     found = {"paddle.distributed"}
     for _, path in sources:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("paddle.distributed"):
-                found.add(node.module)
-            elif isinstance(node, ast.Import):
-                found.update(a.name for a in node.names if a.name.startswith("paddle.distributed"))
+        found.update(_distributed_imports(path.read_text(encoding="utf-8")))
     return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _distributed_imports(text: str) -> frozenset:
+    """The ``paddle.distributed`` modules one source text imports (memoised by text: the tests
+    check many copies of the tree that differ in a file or two)."""
+    found = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("paddle.distributed"):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("paddle.distributed"))
+    return frozenset(found)
 
 
 def _resolve(dotted: str):
@@ -132,15 +142,22 @@ def _ast_hits(tree: ast.AST, private: set[str]) -> list[tuple[int, str]]:
 def internal_references(root: Path, sources) -> dict[str, list[tuple[int, str]]]:
     """{file: [(line number, what it references)]}, one entry per line, outside compat."""
     files = list(sources(root))
-    private = paddle_private_names(distributed_modules(files))
+    private = frozenset(paddle_private_names(distributed_modules(files)))
     found = {}
     for rel, path in files:
         if rel.startswith("paddle_ext/compat/"):
             continue
-        text = path.read_text(encoding="utf-8")
-        by_line = {n: m.group(0) for n, line in enumerate(_code_only(text), 1) for m in [INTERNAL.search(line)] if m}
-        for n, what in _ast_hits(ast.parse(text), private):
-            by_line.setdefault(n, what)
-        if by_line:
-            found[rel] = sorted(by_line.items())
+        hits = _file_references(path.read_text(encoding="utf-8"), private)
+        if hits:
+            found[rel] = list(hits)
     return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_references(text: str, private: frozenset) -> tuple:
+    """One source text's ``(line number, what it references)``, a line once (memoised by text and
+    Paddle's private names, as :func:`_distributed_imports`)."""
+    by_line = {n: m.group(0) for n, line in enumerate(_code_only(text), 1) for m in [INTERNAL.search(line)] if m}
+    for n, what in _ast_hits(ast.parse(text), private):
+        by_line.setdefault(n, what)
+    return tuple(sorted(by_line.items()))
