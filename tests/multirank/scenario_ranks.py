@@ -113,7 +113,9 @@ def run_scenarios(mode: str, names: list, out_dir: str) -> int:
 class Scenario:
     fn: object
     paddle_file: str           # the Paddle test it re-writes (under test/auto_parallel/)
-    group: str = "noinit"      # "noinit" | "init" (calls init_parallel_env) | "isolated"
+    group: str = "noinit"      # "noinit" | "init" (calls init_parallel_env) | "isolated" | another
+                               # name: a launch of its own for the scenarios of that group
+    isolated_in: tuple = ()    # the modes in which each runs in a launch of its own instead
     exact: bool = False        # paddle-ext must give bit-identical values (same collectives)
     timeout: float = 90.0      # for an isolated launch
     background: bool = False   # isolated, and idle in some mode (Paddle alone's deadlock waits out
@@ -321,11 +323,11 @@ def run_mode(mode: str, names: list, log_root: str | os.PathLike, batch_timeout:
     outcomes = {}
     queues = {}
     for n in names:
-        group = table[n].group
+        group = "isolated" if mode in table[n].isolated_in else table[n].group
         key = f"isolated:{n}" if group == "isolated" else group
         queues.setdefault(key, []).append(n)
     for key, queue in queues.items():
-        timeout = table[queue[0]].timeout if key.startswith("isolated") else batch_timeout
+        timeout = batch_timeout if key in ("noinit", "init") else table[queue[0]].timeout * len(queue)
         while queue:
             results, failure = _launch(mode, queue, log_root, timeout, env)
             done = 0
