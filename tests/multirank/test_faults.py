@@ -9,7 +9,7 @@ pytestmark = pytest.mark.multirank
 
 
 @pytest.mark.parametrize("fault, kind, timeout", [("raise", "raised", 120), ("exit", "exited", 120),
-                                                  ("hang", "timeout", 15)])
+                                                  ("hang", "timeout", 10)])
 def test_fault_mid_step_names_rank_and_action(fault, kind, timeout, tmp_path):
     with pytest.raises(HarnessError) as info:
         run_ranks(fr.fault_in_step, nproc=2, args=(4, 1, 2, fault), timeout=timeout, log_dir=tmp_path / "log")
@@ -28,7 +28,7 @@ def test_fault_mid_step_names_rank_and_action(fault, kind, timeout, tmp_path):
 
 def test_hang_in_a_pipeline_names_the_action_with_the_grid(tmp_path):
     with pytest.raises(HarnessError) as info:
-        run_ranks(fr.pipeline_with_hanging_stage, nproc=2, args=("1F1B", 1, 2), timeout=25,
+        run_ranks(fr.pipeline_with_hanging_stage, nproc=2, args=("1F1B", 1, 2), timeout=16,
                   log_dir=tmp_path / "log")
     msg = str(info.value)
     assert "rank 1 timeout" in msg and "rank 0 timeout" in msg, msg
@@ -36,4 +36,4 @@ def test_hang_in_a_pipeline_names_the_action_with_the_grid(tmp_path):
     assert "1F1B: pipeline rank 1 at step" in msg and "running 1F1" in msg, msg
     assert "1F1B: pipeline rank 0 at step" in msg and ("RECV_B" in msg or "SEND_F" in msg), msg
     assert ">" in msg and "<" in msg  # the rank-by-step grid marks the stuck action
-    assert "no result after 25 s" in msg  # bounded by the run's timeout, as the harness reports
+    assert "no result after 16 s" in msg  # bounded by the run's timeout, as the harness reports
