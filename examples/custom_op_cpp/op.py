@@ -10,6 +10,7 @@ Run on 2 CPU ranks (the first build takes about 10 s):
 
     python -m paddle.distributed.launch --nproc_per_node 2 examples/custom_op_cpp/op.py
 """
+import fcntl
 import os
 
 import numpy as np
@@ -29,8 +30,12 @@ def build(verbose: bool = False):
 
     build_dir = os.path.join(tempfile.gettempdir(), "paddle_ext_custom_op_build")
     os.makedirs(build_dir, exist_ok=True)
-    return load(name=OP, sources=[os.path.join(HERE, "ext_leaky_square.cc")], build_directory=build_dir,
-                verbose=verbose)
+    # every rank of a launch calls build(): one at a time, so the first compiles and the others
+    # find the library up to date (Paddle's load() always runs the build, which skips fresh objects)
+    with open(os.path.join(build_dir, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return load(name=OP, sources=[os.path.join(HERE, "ext_leaky_square.cc")], build_directory=build_dir,
+                    verbose=verbose)
 
 
 def _register():
