@@ -1,9 +1,24 @@
-"""Shared pytest setup: no multi-rank test may leave a process behind; the long tail runs on request."""
+"""Shared pytest setup: the project's bytecode compiled once, no multi-rank test may leave a
+process behind, the long tail runs on request."""
+import compileall
 import os
+from pathlib import Path
 
 import pytest
 
 from paddle_ext.launcher.ranks import leftover_processes
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_sessionstart(session):
+    """Compile the project's sources to bytecode once, before any rank starts: with
+    PYTHONDONTWRITEBYTECODE set (as on these machines) nothing caches it, and every rank process
+    compiled paddle_ext again (0.3 s of CPU each; 104 s -> 89 s over two multi-rank files)."""
+    for part in ("paddle_ext", "spmd_rules", "passes", "tests", "tools", "examples"):
+        if (ROOT / part).is_dir():
+            compileall.compile_dir(str(ROOT / part), quiet=2)
 
 
 @pytest.fixture(autouse=True)
