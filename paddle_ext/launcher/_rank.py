@@ -61,39 +61,6 @@ def pin_to_one_cpu(rank: int, compute_only: bool = False):
     return cpus
 
 
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` still runs (a zombie, exited and not yet reaped, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-    except OSError:   # no /proc: signal 0 finds the process, a zombie included
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-
-
-def _outlive_the_other_ranks(results: str, limit: float) -> None:
-    """Rank 0 hosts Paddle's TCP store. A peer whose store connection closes while this process
-    runs its C++ static destructors sends the store's daemon thread into a log call on a torn-down
-    logger (abort, then SIGSEGV in the signal handler: exit code -11, no output), so rank 0 starts
-    its teardown only once the other ranks' processes are gone (at most ``limit`` seconds)."""
-    me = os.getpid()
-    pids = []
-    for name in os.listdir(results):
-        if name.startswith("rank.") and name.endswith(".pid"):
-            with open(os.path.join(results, name)) as f:
-                pid = int(f.read() or 0)
-            if pid and pid != me:
-                pids.append(pid)
-    deadline = time.monotonic() + limit
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.02)
-
-
 def main(payload_path: str) -> int:
     with open(payload_path, "rb") as f:
         payload = pickle.load(f)
@@ -125,13 +92,11 @@ def main(payload_path: str) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     if record[0] == "ok":
-        release = os.path.join(payload["results"], "release")
+        # rank 0 has a release of its own: it hosts Paddle's TCP store and leaves last (run_ranks)
+        release = os.path.join(payload["results"], "release.0" if rank == 0 else "release")
         deadline = time.monotonic() + 3600
         while not os.path.exists(release) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if rank == 0:
-            # half the parent's exit timeout: a peer that hangs at exit is then named alone
-            _outlive_the_other_ranks(payload["results"], limit=payload.get("exit_timeout", 60.0) / 2)
     # teardown follows: a fatal signal there writes every thread's Python stack to the rank's log.
     # Installed now, over the handler the function's imports set (Paddle's), which runs after it.
     faulthandler.enable(all_threads=True)

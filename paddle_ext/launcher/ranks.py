@@ -163,8 +163,7 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
     payload = work / "payload.pkl"
     with open(payload, "wb") as f:
         pickle.dump({"module": module, "name": name, "args": tuple(args), "kwargs": dict(kwargs or {}),
-                     "sys_path": _abs_sys_path(), "results": str(results_dir), "pin_cpus": pin_cpus,
-                     "exit_timeout": exit_timeout}, f)
+                     "sys_path": _abs_sys_path(), "results": str(results_dir), "pin_cpus": pin_cpus}, f)
     tag = uuid.uuid4().hex
     _LAUNCHED_TAGS.append(tag)
     child_env = dict(os.environ)
@@ -188,7 +187,7 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
             if errors and first_failure_at is None:
                 first_failure_at = time.monotonic()
             if len(done) == nproc and not errors:
-                (results_dir / "release").touch()
+                _release_rank_0_last(results_dir, nproc, exit_timeout / 2)
                 all_returned = True
                 failures = _wait_for_exits(results_dir, nproc, logs, exit_timeout)
                 break
@@ -268,13 +267,30 @@ def _exit_code(results_dir: Path, rank: int) -> int | None:
         return None
 
 
+def _exit_codes(results_dir: Path, ranks, seconds: float) -> dict:
+    """{rank: exit code} of ``ranks`` once all have exited, or of those that had after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    codes = {}
+    while len(codes) < len(ranks) and time.monotonic() < deadline:
+        codes = {r: c for r in ranks if (c := _exit_code(results_dir, r)) is not None}
+        time.sleep(0.05)
+    return codes
+
+
+def _release_rank_0_last(results_dir: Path, nproc: int, seconds: float) -> None:
+    """Let every rank leave, rank 0 last. Rank 0 hosts Paddle's TCP store: a peer whose store
+    connection closes while rank 0 runs its C++ static destructors sends the store's thread into a
+    log call on a torn-down logger (abort, then SIGSEGV in Paddle's signal handler: exit code -11,
+    no output). So the others go first, and rank 0 once they have exited or ``seconds`` later (a
+    peer that hangs at exit is then still named alone)."""
+    (results_dir / "release").touch()
+    _exit_codes(results_dir, range(1, nproc), seconds)
+    (results_dir / "release.0").touch()
+
+
 def _wait_for_exits(results_dir: Path, nproc: int, logs: Path, exit_timeout: float) -> list[RankFailure]:
     """After every rank returned: each must finish interpreter teardown with exit code 0."""
-    deadline = time.monotonic() + exit_timeout
-    codes = {}
-    while len(codes) < nproc and time.monotonic() < deadline:
-        codes = {r: c for r in range(nproc) if (c := _exit_code(results_dir, r)) is not None}
-        time.sleep(0.05)
+    codes = _exit_codes(results_dir, range(nproc), exit_timeout)
     # a rank that exits with an error code of its own failed; the launcher then stops its peers
     # (SIGTERM/SIGKILL, or killed before they could report): those are "stopped", not the cause
     failed = [r for r, c in codes.items() if c > 0]

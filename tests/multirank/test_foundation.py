@@ -69,7 +69,7 @@ def test_a_crash_at_exit_leaves_the_python_stack_in_the_log(tmp_path):
 
 def test_rank_0_which_hosts_the_store_tears_down_after_the_others(tmp_path):
     """A peer's store connection closing while rank 0 runs its C++ static destructors crashes
-    rank 0 (exit code -11, no output; launcher/_rank.py): rank 0 starts its teardown only once
+    rank 0 (exit code -11, no output; launcher/ranks.py, _release_rank_0_last): rank 0 starts its teardown only once
     every other rank's process is gone, here a rank 1 that takes a second over its teardown."""
     assert run_ranks(fr.note_teardown_times, nproc=2, args=(str(tmp_path),), timeout=120,
                      log_dir=tmp_path / "log") == [0, 1]
