@@ -2,7 +2,7 @@
 // plan key, read straight from the DistTensors; and the reshard fast path's one-collective runners
 // on gloo, each one native call on the group's GlooCommContext (AllGatherInto: S(0) -> R;
 // AllReduceInto: P -> R; GatherTake: small S(0) -> S(j), an all_gather and the copy of this rank's
-// block), with SoleOwner to tell when the last output may be written again: no Paddle op runs
+// block), with SoleOwner and FreeSlot to tell when an earlier output may be written again: no Paddle op runs
 // between two collectives (paddle_ext/compat/ports/fast_tensor.py, NativeCall).
 //
 // Built by paddle_ext/compat/native/cpp_build.py (piece "fast_key") against the installed Paddle's
@@ -148,11 +148,13 @@ py::bytes ReshardSourceKey(py::handle x) {
   return py::bytes(key);
 }
 
-// The dense tensor behind a Python Tensor object; TypeError for anything else.
+// The dense tensor behind a Python Tensor object (a DistTensor's: its local value); TypeError for
+// anything else.
 phi::DenseTensor* DenseOf(py::handle obj, const char* what) {
   if (!paddle::pybind::PyCheckTensor(obj.ptr()))
     throw py::type_error(std::string("paddle-ext fast path: ") + what + " is not a Tensor");
   phi::TensorBase* impl = reinterpret_cast<paddle::pybind::TensorObject*>(obj.ptr())->tensor.impl().get();
+  if (impl != nullptr && DistTensor::classof(impl)) impl = static_cast<DistTensor*>(impl)->unsafe_mutable_value();
   if (impl == nullptr || !phi::DenseTensor::classof(impl) || !impl->initialized())
     throw py::type_error(std::string("paddle-ext fast path: ") + what + " is not an allocated dense tensor");
   return static_cast<phi::DenseTensor*>(impl);
@@ -234,12 +236,42 @@ bool SoleOwner(py::handle t) {
          reinterpret_cast<paddle::pybind::TensorObject*>(t.ptr())->tensor.impl().use_count() == 1;
 }
 
+// The index of a DistTensor in `slots` (a list of earlier results of one runner) that nothing but the
+// list holds any more, or -1: no other Python reference, no other Tensor on the DistTensor (an
+// autograd graph, a copy), none on its local value or that value's memory (a `_local_value()`, a
+// view), no gradient asked for or kept. Writing the next result into it is then invisible.
+int FreeSlot(py::handle slots) {
+  PyObject* seq = slots.ptr();
+  if (!PyList_Check(seq)) throw py::type_error("paddle-ext free_slot: a list of DistTensors");
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(seq); ++i) {
+    PyObject* obj = PyList_GET_ITEM(seq, i);
+    if (Py_REFCNT(obj) != 1 || !paddle::pybind::PyCheckTensor(obj)) continue;
+    const auto& impl = reinterpret_cast<paddle::pybind::TensorObject*>(obj)->tensor.impl();
+    if (impl.use_count() != 1 || !DistTensor::classof(impl.get())) continue;
+    auto* d = static_cast<DistTensor*>(impl.get());
+    if (d->shared_value().use_count() != 2 || !d->value().initialized() || d->value().Holder().use_count() != 1)
+      continue;
+    PyObject* sg = PyObject_GetAttrString(obj, "stop_gradient");
+    if (sg == nullptr) throw py::error_already_set();
+    bool frozen = sg == Py_True;
+    Py_DECREF(sg);
+    if (!frozen) continue;
+    PyObject* grad = PyObject_GetAttrString(obj, "grad");
+    if (grad == nullptr) throw py::error_already_set();
+    bool none = grad == Py_None;
+    Py_DECREF(grad);
+    if (none) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(paddle_ext_fast_key, m) {
   m.def("fast_key", &FastKey, "paddle-ext dispatch key of DistTensor slots: (bytes, no_grad) or None");
   m.def("reshard_source_key", &ReshardSourceKey,
         "paddle-ext reshard key of a DistTensor: bytes of its mesh, dims, dtype and placements");
+  m.def("free_slot", &FreeSlot, "index of an earlier result in the list that nothing else holds, or -1");
   m.def("sole_owner", &SoleOwner, "True when no other tensor shares this dense tensor's memory");
   m.def("all_gather_into", &AllGatherInto, "paddle-ext S(0) -> R on a gloo ring: all_gather local into out");
   m.def("all_reduce_into", &AllReduceInto, "paddle-ext P -> R on a gloo ring: out = the reduction of every local");

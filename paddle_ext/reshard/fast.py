@@ -302,14 +302,15 @@ def _gather(o, x, dims, group, exact, gloo: bool):
     """``S(0) -> R``: one gloo all_gather of the dim-0 shards straight into the output (on gloo,
     CPU: one native call, :class:`~paddle_ext.compat.ports.fast_tensor.NativeCall`)."""
     gather, build, itemsize = o.dist.stream.all_gather, o.dist_tensor, x.element_size()
-    native = NativeCall(o, x, gloo, group, dims)
+    native = NativeCall(o, x, gloo, group, dims, lambda out, mesh: build(out, dims, mesh, exact, True))
 
     def gathered(x, mesh):
+        y = native.result(mesh, "all_gather_into", x)
+        if y is not None:
+            return y
         local = o.local(x)
-        out = native("all_gather_into", local)
-        if out is None:
-            out = o.output(dims, local.dtype, itemsize)
-            gather(out, local.contiguous(), group=group)
+        out = o.output(dims, local.dtype, itemsize)
+        gather(out, local.contiguous(), group=group)
         return build(out, dims, mesh, exact, True)
 
     return gathered
@@ -322,16 +323,19 @@ def _all_reduce(o, x, op, n, dims, group, exact, gloo: bool):
     red = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
            "min": dist.ReduceOp.MIN}[op]
     reduce_type = {"sum": 0, "avg": 0, "max": 1, "min": 2}[op]   # phi::ReduceType, as GlooCommContext reads it
-    native = NativeCall(o, x, gloo, group, dims)
+    scale = (lambda y: y / n) if op == "avg" else (lambda y: y)
+    native = NativeCall(o, x, gloo, group, dims, lambda out, mesh: build(scale(out), dims, mesh, exact, True),
+                        reuse=op != "avg")   # an avg result is a new tensor, not the output written
 
     def reduced(x, mesh):
+        out = native.result(mesh, "all_reduce_into", x, reduce_type)
+        if out is not None:
+            return out
         local = o.local(x)
-        y = native("all_reduce_into", local, reduce_type)
-        if y is None:
-            y = o.output(dims, local.dtype, itemsize)
-            copy_into(local, y)
-            dist.all_reduce(y, op=red, group=group)
-        return build(y / n if op == "avg" else y, dims, mesh, exact, True)
+        y = o.output(dims, local.dtype, itemsize)
+        copy_into(local, y)
+        dist.all_reduce(y, op=red, group=group)
+        return build(scale(y), dims, mesh, exact, True)
 
     return reduced
 

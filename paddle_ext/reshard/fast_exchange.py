@@ -120,16 +120,14 @@ def _gather_slice(o, x, dst_dim, k, n, group, dims, exact, gloo: bool = False):
     gather, take, build = o.dist.stream.all_gather, o.take, o.dist_tensor
     b = dims[dst_dim] // n
     out_shape = [d // n if i == dst_dim else d for i, d in enumerate(dims)]
-    native = NativeCall(o, x, gloo, group, out_shape)
-    kept = []
+    native = NativeCall(o, x, gloo, group, out_shape, lambda out, mesh: build(out, dims, mesh, exact, True))
+    kept = [o.empty(dims, x.dtype)]
 
     def gathered_slice(x, mesh):
+        y = native.result(mesh, "gather_take", x, kept[0], dst_dim, k)
+        if y is not None:
+            return y
         local = o.local(x)
-        if not kept:
-            kept.append(o.empty(dims, local.dtype))
-        out = native("gather_take", local, kept[0], dst_dim, k)
-        if out is not None:
-            return build(out, dims, mesh, exact, True)
         gather(kept[0], local.contiguous(), group=group)
         return build(take(kept[0], dst_dim, k * b, (k + 1) * b), dims, mesh, exact, True)
 

@@ -54,7 +54,7 @@ def repeated_calls(cases, calls: int = 3, gather_below=None, native_gather=None)
             return call
         out["native_calls"] = {}
         fast_key.GLOO_NATIVE[0] = SimpleNamespace(
-            sole_owner=real.sole_owner, **{n: counted(n) for n in ("gather_take", "all_gather_into", "all_reduce_into")}
+            sole_owner=real.sole_owner, free_slot=real.free_slot, **{n: counted(n) for n in ("gather_take", "all_gather_into", "all_reduce_into")}
         ) if native_gather else None
     for c in cases:
         _, dst, _, d_ranks = specs(c)
@@ -170,3 +170,62 @@ def debug_and_hand_back():
     finally:
         dygraph.reshard, inst._SAVED["dist"] = real_full, real_native
         inst.NATIVE_LISTENERS.pop()
+
+
+def reused_results():
+    """The one-collective runners (S(0) -> R, P -> R sum, small S(0) -> S(1)) on a 2-rank gloo
+    world, with results that need no gradient: per case, a loop ``y = dist.reshard(x_k, ...)``
+    over sources of other values each call, then the hazards of writing into an earlier result:
+    a kept ``_local_value()`` of a dropped result, a dropped result that was given a gradient.
+    Returns per case the local values (each call, and what the kept parts hold at the end), the
+    ``stop_gradient``/``grad`` of the results after the one given a gradient, and how often an
+    earlier result was found free (``free_slot`` >= 0)."""
+    from types import SimpleNamespace
+
+    import paddle
+    import paddle.distributed as dist
+    import paddle_ext
+    from paddle.distributed.auto_parallel.api import dtensor_from_local
+    from paddle_ext.compat.native import fast_key
+
+    dist.init_parallel_env()
+    paddle_ext.install()
+    fast_key.start(wait=True)
+    real = fast_key.GLOO_NATIVE[0]
+    if real is None:
+        raise RuntimeError(f"the compiled gloo runners are not loaded: {fast_key.status()}")
+    hits = []
+
+    def free_slot(slots):
+        i = real.free_slot(slots)
+        hits.append(i >= 0)
+        return i
+    fast_key.GLOO_NATIVE[0] = SimpleNamespace(**{n: getattr(real, n) for n in fast_key.NATIVE_FUNCTIONS
+                                                 if n != "free_slot"}, free_slot=free_slot)
+    rank, mesh = dist.get_rank(), dist.ProcessMesh([0, 1])
+    dense = np.arange(64, dtype="float32").reshape(8, 8)
+    cases = {"S(0)->R": ([dist.Shard(0)], [dist.Replicate()], lambda g: g[4 * rank:4 * rank + 4]),
+             "P->R": ([dist.Partial()], [dist.Replicate()], lambda g: g * (rank + 1)),
+             "S(0)->S(1)": ([dist.Shard(0)], [dist.Shard(1)], lambda g: g[4 * rank:4 * rank + 4])}
+    out = {}
+    for name, (src, dst, local_of) in cases.items():
+        def reshard(k):
+            x = dtensor_from_local(paddle.to_tensor(local_of(dense * k)), mesh, src)
+            return dist.reshard(x, mesh, dst)
+        before = len(hits)
+        seen = []
+        for k in range(1, 6):
+            y = reshard(k)
+            seen.append(y._local_value().numpy().copy())
+        del y
+        kept = reshard(10)._local_value()   # the result is dropped, a part of it is kept
+        later = [reshard(k)._local_value().numpy().copy() for k in (11, 12, 13)]
+        graded = reshard(20)
+        graded.stop_gradient = False
+        (graded * 2.0).sum().backward()
+        del graded
+        after = [reshard(k) for k in (21, 22, 23)]
+        out[name] = {"seen": seen, "kept": kept.numpy().copy(), "later": later,
+                     "after": [(r.stop_gradient, r.grad is None, r._local_value().numpy().copy()) for r in after],
+                     "reused": sum(hits[before:])}
+    return out

@@ -89,3 +89,26 @@ def test_debug_switch_and_hand_back_from_the_cache(tmp_path):
         assert counts["native calls"] == 3 and counts["heard"] >= 3, counts
         assert np.array_equal(y, dense[2 * rank:2 * rank + 2])
         assert np.array_equal(w, dense[:, 3 * rank:3 * rank + 3])
+
+
+def test_dropped_results_are_reused_and_nothing_held_is_written(tmp_path):
+    """A small result that needs no gradient is written into an earlier result of the same
+    runner once nothing holds that one (``y = dist.reshard(...)`` in a loop reuses the one before
+    the last); a kept ``_local_value()`` or a result given a gradient is never written or handed out."""
+    res = run_ranks(fr.reused_results, nproc=2, timeout=200, log_dir=tmp_path)
+    g = np.arange(64, dtype="float32").reshape(8, 8)
+    for rank, out in enumerate(res):
+        expected = {"S(0)->R": lambda k: g * k, "P->R": lambda k: g * k * 3,
+                    "S(0)->S(1)": lambda k: (g * k)[:, 4 * rank:4 * rank + 4]}
+        for name, want in expected.items():
+            o = out[name]
+            for k, got in enumerate(o["seen"], start=1):
+                assert np.array_equal(got, want(k)), (rank, name, k)
+            assert np.array_equal(o["kept"], want(10)), (rank, name, "a kept _local_value() was written")
+            for k, got in zip((11, 12, 13), o["later"]):
+                assert np.array_equal(got, want(k)), (rank, name, k)
+            for k, (frozen, no_grad, got) in zip((21, 22, 23), o["after"]):
+                assert frozen and no_grad, (rank, name, k, "a result given a gradient was handed out again")
+                assert np.array_equal(got, want(k)), (rank, name, k)
+            # the loop (calls 3-5) and the dropped results after the kept part (calls 12-13) reuse
+            assert o["reused"] >= 5, (rank, name, o["reused"])

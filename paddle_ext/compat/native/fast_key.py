@@ -55,7 +55,7 @@ RESHARD_KEY: list = [None]
 #: tensor shares ``t``'s memory: the runner may write its next result there); None meanwhile (the
 #: runners call Paddle's collectives then)
 GLOO_NATIVE: list = [None]
-NATIVE_FUNCTIONS = ("all_gather_into", "all_reduce_into", "gather_take", "sole_owner")
+NATIVE_FUNCTIONS = ("all_gather_into", "all_reduce_into", "gather_take", "sole_owner", "free_slot")
 _STATE = {"status": "not started"}
 _LOCK = threading.Lock()
 

@@ -96,6 +96,11 @@ def ops() -> SimpleNamespace:
 NATIVE_DTYPES = ("float32", "float64", "int32", "int64")
 
 
+#: results of at most this many bytes are kept for reuse (:meth:`NativeCall.result`): building a
+#: DistTensor on a fresh output after a gloo wait costs ~16-29 us a call on this VM (32x32 float32)
+KEEP_RESULTS_BELOW = 256 << 10
+
+
 class NativeCall:
     """A one-collective runner's call into the compiled gloo functions
     (:data:`~paddle_ext.compat.native.fast_key.GLOO_NATIVE`), for CPU tensors on a gloo world:
@@ -104,14 +109,26 @@ class NativeCall:
     backend or device; a ValueError of the native call, raised before any data moves). The output
     is the previous call's when nothing holds it any more (``sole_owner``: no result, view or
     DistTensor shares it), else a fresh one: on this VM a Paddle op between two gloo collectives
-    (a ``paddle.empty``) costs several times its own time."""
+    (a ``paddle.empty``) costs several times its own time.
 
-    def __init__(self, o, x, gloo: bool, group, out_shape):
+    ``make(out, mesh) -> DistTensor`` builds the result; :meth:`result` returns it. For a key
+    whose results need no gradient (``x`` stops it, or grad is off) and are small, the result is
+    written into one of the last two results it returned when nothing else holds that one any more
+    (``free_slot``: no Python reference, no tensor on it or its memory, no gradient), else ``make``
+    builds one on a fresh output (``reuse=False``: always; ``make`` does not return the output it
+    is given). Two, so that ``y = dist.reshard(x, ...)`` in a loop, which still holds the last
+    result during the call, reuses the one before it."""
+
+    def __init__(self, o, x, gloo: bool, group, out_shape, make=None, reuse: bool = True):
         served = gloo and o.is_cpu(x) and str(x.dtype).replace("paddle.", "") in NATIVE_DTYPES
         self.module = o.gloo_native if served else [None]
         self.ring = "0" if group is None else str(group.id)   # a dygraph group's gloo communicator: its id
         self.o, self.out_shape, self.itemsize = o, list(out_shape), x.element_size()
         self.last, self.refused = None, False
+        self.make = make
+        self.keep = reuse and make is not None and prod(out_shape) * self.itemsize <= KEEP_RESULTS_BELOW and (
+            x.stop_gradient or not o.grad_enabled())
+        self.kept, self.meshes, self.next = [], [], 0
 
     def __call__(self, name, local, *args):
         module = self.module[0]
@@ -131,5 +148,32 @@ class NativeCall:
                 return None
         return out
 
+    def result(self, mesh, name, x, *args):
+        """The DistTensor of ``name`` on the DistTensor ``x`` (the native call reads its local
+        value), on ``mesh``; None when Paddle's collective must serve (as :meth:`__call__`)."""
+        module, kept = self.module[0], self.kept
+        if module is None or self.refused or not self.keep:
+            out = self(name, self.o.local(x), *args)
+            return None if out is None else self.make(out, mesh)
+        i = module.free_slot(kept) if kept else -1
+        if i >= 0 and self.meshes[i] is mesh:
+            try:
+                getattr(module, name)(x, kept[i], self.ring, *args)
+                return kept[i]
+            except ValueError:   # a strided local value, or no communicator: the general call decides
+                pass
+        out = self(name, self.o.local(x), *args)
+        if out is None:
+            return None
+        self.last = None   # the DistTensor owns the output now: free when it is
+        made = self.make(out, mesh)
+        if len(kept) < 2:
+            kept.append(made)
+            self.meshes.append(mesh)
+        else:
+            kept[self.next], self.meshes[self.next] = made, mesh
+            self.next = 1 - self.next
+        return made
 
-__all__ = ["NATIVE_DTYPES", "NativeCall", "ops"]
+
+__all__ = ["KEEP_RESULTS_BELOW", "NATIVE_DTYPES", "NativeCall", "ops"]
