@@ -27,7 +27,7 @@ setup(
     install_requires=["numpy"],
     extras_require={
         "cpu": ["paddlepaddle==3.3.1"],
-        "test": ["pytest>=7", "pytest-timeout>=2", "hypothesis>=6", "matplotlib>=3.5", "import-linter>=2.17"],
+        "test": ["pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3.5", "hypothesis>=6", "matplotlib>=3.5", "import-linter>=2.17"],
         "plot": ["matplotlib>=3.5"],
         # real models for tests/multirank/test_real_models.py and `paddle-ext compat --models`:
         # PaddleNLP 3.0.0b4 imports today only with these three pins

@@ -1,5 +1,8 @@
 """Shared pytest setup: the project's bytecode compiled once, no multi-rank test may leave a
-process behind, the long tail runs on request."""
+process behind, the long tail runs on request, and the split of work between CI's two pytest-xdist
+workers (``-n 2 --dist loadgroup``): every test that launches ranks in one group, run one after
+another on one worker as before; the one-process tests, a module per group, on the other worker's
+spare CPU at a lower priority."""
 import compileall
 import os
 from pathlib import Path
@@ -13,9 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def pytest_sessionstart(session):
-    """Compile the project's sources to bytecode once, before any rank starts: with
+    """(Once, in the controller under xdist.) Compile the project's sources to bytecode once, before any rank starts: with
     PYTHONDONTWRITEBYTECODE set (as on these machines) nothing caches it, and every rank process
     compiled paddle_ext again (0.3 s of CPU each; 104 s -> 89 s over two multi-rank files)."""
+    if hasattr(session.config, "workerinput"):
+        return
     for part in ("paddle_ext", "spmd_rules", "passes", "tests", "tools", "examples"):
         if (ROOT / part).is_dir():
             compileall.compile_dir(str(ROOT / part), quiet=2)
@@ -27,6 +32,52 @@ def no_leftover_ranks(request):
     if request.node.get_closest_marker("multirank"):
         left = leftover_processes()
         assert not left, f"{request.node.nodeid} left harness processes behind: {left}"
+
+
+#: test directories whose tests launch ranks (``run_ranks``): one xdist group, one at a time
+RANK_DIRS = ("multirank", "docs")
+RANKS_GROUP = "ranks"
+#: the CPU priority (nice value) of a worker while it runs a one-process test under xdist
+ONE_PROCESS_NICE = 10
+
+
+def _group(nodeid: str) -> str:
+    """:data:`RANKS_GROUP` for a test under ``tests/<RANK_DIRS>``, else its module's path."""
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    return RANKS_GROUP if len(parts) > 2 and parts[-2] in RANK_DIRS else path
+
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:   # without pytest-xdist (the test extra has it) the suite runs in one process
+    pass
+else:
+    class RanksApart(LoadScopeScheduling):
+        """xdist's scope scheduling with the scopes of :func:`_group`: the rank launchers are one
+        scope (largest first, so it starts at once), every other module its own."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    def pytest_xdist_make_scheduler(config, log):
+        return RanksApart(config, log)
+
+
+@pytest.fixture(autouse=True)
+def xdist_priority(request):
+    """Under xdist, a worker runs one-process tests at nice 10 and the ranks group at its normal
+    priority: the one-process tests take the CPU the launches leave idle (load ~1 on 2 cores)
+    without slowing a launch. Without xdist nothing changes; a worker that may not lower its
+    nice value again (not root) keeps the one it has."""
+    if hasattr(request.config, "workerinput"):
+        want = 0 if _group(request.node.nodeid) == RANKS_GROUP else ONE_PROCESS_NICE
+        if os.getpriority(os.PRIO_PROCESS, 0) != want:
+            try:
+                os.setpriority(os.PRIO_PROCESS, 0, want)
+            except PermissionError:
+                pass
+    yield
 
 
 LONG_TAIL_ENV = "PADDLE_EXT_LONG_TAIL"
@@ -41,3 +92,4 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("long_tail"):
             item.add_marker(skip)
+
