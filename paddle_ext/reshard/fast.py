@@ -150,8 +150,7 @@ def installed(original, check: bool, x, mesh, placements):
     if not dist.is_initialized() and dist.get_world_size() > 1:
         # no process group: every reshard within one mesh goes to Paddle (route.to_paddle_first),
         # decided before any key is built; a change of mesh takes the key (it may be refused)
-        sm = x.process_mesh
-        if sm.process_ids == mesh.process_ids and sm.shape == mesh.shape:
+        if o.same_mesh(x.process_mesh, mesh):   # ranks and shape, compared in C++
             note_no_parallel_env()
             return _original(o)(x, mesh, list(placements))
     key, entry = _lookup(o, True, x, mesh, placements)
