@@ -1,8 +1,8 @@
 """Shared pytest setup: the project's bytecode compiled once, no multi-rank test may leave a
 process behind, the long tail runs on request, and the split of work between CI's two pytest-xdist
-workers (``-n 2 --dist loadgroup``): every test that launches ranks in one group, run one after
-another on one worker as before; the one-process tests, a module per group, on the other worker's
-spare CPU (SCHED_IDLE)."""
+workers (``-n 2``, scheduled by :class:`RanksApart`): every test that launches ranks in one scope,
+run one after another on one worker as before; the one-process tests, a module per scope, on the
+other worker's spare CPU (SCHED_IDLE)."""
 import compileall
 import os
 from pathlib import Path
@@ -16,9 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def pytest_sessionstart(session):
-    """(Once, in the controller under xdist.) Compile the project's sources to bytecode once, before any rank starts: with
-    PYTHONDONTWRITEBYTECODE set (as on these machines) nothing caches it, and every rank process
-    compiled paddle_ext again (0.3 s of CPU each; 104 s -> 89 s over two multi-rank files)."""
+    """Compile the project's sources to bytecode once (under xdist: in the controller), before
+    any rank starts: with PYTHONDONTWRITEBYTECODE set (as on these machines) nothing caches it, and
+    every rank process compiled paddle_ext again (0.3 s of CPU each; 104 s -> 89 s over two
+    multi-rank files)."""
     if hasattr(session.config, "workerinput"):
         return
     for part in ("paddle_ext", "spmd_rules", "passes", "tests", "tools", "examples"):
@@ -34,7 +35,7 @@ def no_leftover_ranks(request):
         assert not left, f"{request.node.nodeid} left harness processes behind: {left}"
 
 
-#: test directories whose tests launch ranks (``run_ranks``): one xdist group, one at a time
+#: test directories whose tests launch ranks (``run_ranks``): one xdist scope, one at a time
 RANK_DIRS = ("multirank", "docs")
 RANKS_GROUP = "ranks"
 #: the scheduling policy of a worker while it runs a one-process test under xdist: SCHED_IDLE

@@ -119,14 +119,14 @@ class NativeCall:
     is given). Two, so that ``y = dist.reshard(x, ...)`` in a loop, which still holds the last
     result during the call, reuses the one before it."""
 
-    def __init__(self, o, x, gloo: bool, group, out_shape, make=None, reuse: bool = True):
+    def __init__(self, o, x, gloo: bool, group, out_shape, make, reuse: bool = True):
         served = gloo and o.is_cpu(x) and str(x.dtype).replace("paddle.", "") in NATIVE_DTYPES
         self.module = o.gloo_native if served else [None]
         self.ring = "0" if group is None else str(group.id)   # a dygraph group's gloo communicator: its id
         self.o, self.out_shape, self.itemsize = o, list(out_shape), x.element_size()
         self.last, self.refused = None, False
         self.make = make
-        self.keep = reuse and make is not None and prod(out_shape) * self.itemsize <= KEEP_RESULTS_BELOW and (
+        self.keep = reuse and prod(out_shape) * self.itemsize <= KEEP_RESULTS_BELOW and (
             x.stop_gradient or not o.grad_enabled())
         self.kept, self.meshes, self.next = [], [], 0
 
