@@ -1,5 +1,5 @@
-// paddle-ext: the dispatch fast path's cache key, and the source half of the reshard fast path's
-// plan key, read straight from the DistTensors; and the reshard fast path's one-collective runners
+// paddle-ext: the dispatch fast path's cache key, and the reshard fast path's request key, read
+// straight from the DistTensors (and the target ProcessMesh and placements); and the reshard fast path's one-collective runners
 // on gloo, each one native call on the group's GlooCommContext (AllGatherInto: S(0) -> R;
 // AllReduceInto: P -> R; GatherTake: small S(0) -> S(j), an all_gather and the copy of this rank's
 // block), with SoleOwner and FreeSlot to tell when an earlier output may be written again: no Paddle op runs
@@ -16,6 +16,7 @@
 #include "paddle/phi/core/dense_tensor.h"
 #include "paddle/phi/core/distributed/auto_parallel/dist_tensor.h"
 #include "paddle/phi/core/distributed/auto_parallel/placement_types.h"
+#include "paddle/phi/core/distributed/auto_parallel/process_mesh.h"
 #include "paddle/phi/core/distributed/comm_context_manager.h"
 #include "paddle/utils/pybind.h"
 
@@ -33,6 +34,18 @@ class GlooCommContext : public CommContext {
 namespace {
 using phi::distributed::DistTensor;
 using phi::distributed::ProcessMesh;
+
+// The attribute names read per call, as interned Python strings made once (PyObject_GetAttrString
+// makes one per call).
+PyObject* StopGradientName() {
+  static PyObject* name = PyUnicode_InternFromString("stop_gradient");
+  return name;
+}
+
+PyObject* GradName() {
+  static PyObject* name = PyUnicode_InternFromString("grad");
+  return name;
+}
 
 inline void Put(std::string* key, int64_t v) { key->append(reinterpret_cast<const char*>(&v), sizeof v); }
 
@@ -121,7 +134,7 @@ py::object FastKey(py::handle slots) {
     for (const auto& p : placements) {
       if (!p || !PutPlacement(&key, *p)) return py::none();
     }
-    PyObject* sg = PyObject_GetAttrString(obj, "stop_gradient");
+    PyObject* sg = PyObject_GetAttr(obj, StopGradientName());
     if (sg == nullptr) throw py::error_already_set();
     if (sg != Py_True) no_grad = false;
     Py_DECREF(sg);
@@ -129,22 +142,90 @@ py::object FastKey(py::handle slots) {
   return py::make_tuple(py::bytes(key), no_grad);
 }
 
-// The source half of the reshard fast path's plan key (paddle_ext/reshard/fast.py): one
-// DistTensor's mesh (shape and process ids; dim names are labels a plan does not read), global
-// dims, dtype and placements. TypeError for anything else, so the caller takes its full path.
-py::bytes ReshardSourceKey(py::handle x) {
+// Paddle's Python classes of the target half's objects (core.ProcessMesh, Shard, Partial, Replicate),
+// set once by paddle_ext/compat/native/fast_key.py. The C++ object behind such an instance is read from
+// pybind11's instance record (one bound base: the simple layout), not through pybind11's casts: the
+// module does not share the wheel's pybind11 type registry, so a cast finds no type.
+PyObject* g_mesh_type = nullptr;
+PyObject* g_shard_type = nullptr;
+PyObject* g_partial_type = nullptr;
+PyObject* g_replicate_type = nullptr;
+
+void SetTargetTypes(py::handle mesh, py::handle shard, py::handle partial, py::handle replicate) {
+  for (PyObject** slot : {&g_mesh_type, &g_shard_type, &g_partial_type, &g_replicate_type}) Py_XDECREF(*slot);
+  g_mesh_type = mesh.inc_ref().ptr();
+  g_shard_type = shard.inc_ref().ptr();
+  g_partial_type = partial.inc_ref().ptr();
+  g_replicate_type = replicate.inc_ref().ptr();
+}
+
+// The C++ object of an instance of `type` (or of a Python subclass), or nullptr.
+template <typename T>
+const T* BoundValue(PyObject* obj, PyObject* type) {
+  if (type == nullptr || !PyType_Check(type) || !PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(type)))
+    return nullptr;
+  auto* inst = reinterpret_cast<py::detail::instance*>(obj);
+  if (!inst->simple_layout) return nullptr;
+  return static_cast<const T*>(inst->simple_value_holder[0]);   // nullptr before __init__; a reference's
+                                                                 // (a tensor's own mesh) has no holder
+}
+
+const phi::distributed::Placement* PlacementOf(PyObject* obj) {
+  if (const auto* s = BoundValue<phi::distributed::Shard>(obj, g_shard_type)) return s;
+  if (const auto* p = BoundValue<phi::distributed::Partial>(obj, g_partial_type)) return p;
+  return BoundValue<phi::distributed::Replicate>(obj, g_replicate_type);
+}
+
+// The target half of the reshard fast path's key: the mesh's shape and process ids, then the
+// placements; false when `mesh` is not a ProcessMesh or a placement not Shard/Partial/Replicate.
+bool PutTarget(std::string* key, py::handle mesh, py::handle placements) {
+  PyObject* seq = placements.ptr();
+  if (!PyList_Check(seq) && !PyTuple_Check(seq)) return false;
+  const ProcessMesh* target = BoundValue<ProcessMesh>(mesh.ptr(), g_mesh_type);
+  if (target == nullptr) return false;
+  PutMeshRanks(key, *target);
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject** items = PySequence_Fast_ITEMS(seq);
+  Put(key, static_cast<int64_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    const phi::distributed::Placement* p = PlacementOf(items[i]);
+    if (p == nullptr || !PutPlacement(key, *p)) return false;
+  }
+  return true;
+}
+
+// The target half alone (bytes, or None): fast_key.py checks it against the same facts read in Python
+// before it uses reshard_key.
+py::object TargetKey(py::handle mesh, py::handle placements) {
+  std::string key;
+  if (!PutTarget(&key, mesh, placements)) return py::none();
+  return py::bytes(key);
+}
+
+// The reshard fast path's whole request key (paddle_ext/reshard/fast.py): the source DistTensor's mesh
+// (shape and process ids; dim names are labels a plan does not read), global dims, dtype and
+// placements; the target half (PutTarget); whether `x` stops the gradient. None when the target is not
+// a ProcessMesh with Shard/Partial/Replicate placements (the caller builds its Python key; the full path
+// names what is wrong); TypeError for a non-DistTensor `x`. One call, where a tuple of Paddle's
+// placement objects costs a formatted string per placement to hash.
+py::object ReshardKey(py::handle x, py::handle mesh, py::handle placements) {
   const DistTensor* d = DistOf(x.ptr());
   if (d == nullptr) throw py::type_error("paddle-ext reshard key: not a DistTensor");
   std::string key;
-  key.reserve(160);
+  key.reserve(224);
   PutMeshRanks(&key, d->process_mesh());
   PutDims(&key, d->dims());
   Put(&key, static_cast<int64_t>(d->dtype()));
-  const auto& placements = d->placements();
-  Put(&key, static_cast<int64_t>(placements.size()));
-  for (const auto& p : placements) {
+  const auto& own = d->placements();
+  Put(&key, static_cast<int64_t>(own.size()));
+  for (const auto& p : own) {
     if (!p || !PutPlacement(&key, *p)) throw py::type_error("paddle-ext reshard key: a placement of unknown kind");
   }
+  if (!PutTarget(&key, mesh, placements)) return py::none();
+  PyObject* sg = PyObject_GetAttr(x.ptr(), StopGradientName());
+  if (sg == nullptr) throw py::error_already_set();
+  Put(&key, sg == Py_True ? 1 : 0);
+  Py_DECREF(sg);
   return py::bytes(key);
 }
 
@@ -251,12 +332,12 @@ int FreeSlot(py::handle slots) {
     auto* d = static_cast<DistTensor*>(impl.get());
     if (d->shared_value().use_count() != 2 || !d->value().initialized() || d->value().Holder().use_count() != 1)
       continue;
-    PyObject* sg = PyObject_GetAttrString(obj, "stop_gradient");
+    PyObject* sg = PyObject_GetAttr(obj, StopGradientName());
     if (sg == nullptr) throw py::error_already_set();
     bool frozen = sg == Py_True;
     Py_DECREF(sg);
     if (!frozen) continue;
-    PyObject* grad = PyObject_GetAttrString(obj, "grad");
+    PyObject* grad = PyObject_GetAttr(obj, GradName());
     if (grad == nullptr) throw py::error_already_set();
     bool none = grad == Py_None;
     Py_DECREF(grad);
@@ -265,13 +346,77 @@ int FreeSlot(py::handle slots) {
   return -1;
 }
 
+// True when `x` is a DistTensor on a mesh equal to `mesh` (Paddle's own ProcessMesh compare: shape and
+// process ids), False when it is not; None when `mesh` is not a ProcessMesh (the caller compares in
+// Python). The reshard fast path's hand-back without a process group: no Python mesh object is made.
+py::object SameMesh(py::handle x, py::handle mesh) {
+  const DistTensor* d = DistOf(x.ptr());
+  const ProcessMesh* target = BoundValue<ProcessMesh>(mesh.ptr(), g_mesh_type);
+  if (target == nullptr) return py::none();
+  return py::bool_(d != nullptr && d->process_mesh() == *target);
+}
+
+// The per-call functions as plain CPython functions (METH_FASTCALL): pybind11's dispatcher (argument
+// records, overload resolution) costs about as much as the functions themselves, and these run on
+// every repeated dist.reshard and dispatched op.
+template <typename Call>
+PyObject* Guarded(Call&& call) {
+  try {
+    return call().release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (py::builtin_exception& e) {
+    e.set_error();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+bool Arity(Py_ssize_t nargs, Py_ssize_t want, const char* signature) {
+  if (nargs == want) return true;
+  PyErr_Format(PyExc_TypeError, "paddle-ext %s takes %zd arguments, got %zd", signature, want, nargs);
+  return false;
+}
+
+PyObject* FastKeyRaw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!Arity(nargs, 1, "fast_key(slots)")) return nullptr;
+  return Guarded([&] { return FastKey(args[0]); });
+}
+
+PyObject* ReshardKeyRaw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!Arity(nargs, 3, "reshard_key(x, mesh, placements)")) return nullptr;
+  return Guarded([&] { return ReshardKey(args[0], args[1], args[2]); });
+}
+
+PyObject* SameMeshRaw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!Arity(nargs, 2, "same_mesh(x, mesh)")) return nullptr;
+  return Guarded([&] { return SameMesh(args[0], args[1]); });
+}
+
+PyObject* FreeSlotRaw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!Arity(nargs, 1, "free_slot(slots)")) return nullptr;
+  return Guarded([&] { return py::reinterpret_steal<py::object>(PyLong_FromLong(FreeSlot(args[0]))); });
+}
+
+PyMethodDef kRaw[] = {
+    {"fast_key", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&FastKeyRaw)), METH_FASTCALL,
+     "paddle-ext dispatch key of DistTensor slots: (bytes, no_grad) or None"},
+    {"reshard_key", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&ReshardKeyRaw)), METH_FASTCALL,
+     "paddle-ext reshard key of a request: bytes of the source, the target mesh and placements, stop_gradient"},
+    {"same_mesh", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&SameMeshRaw)), METH_FASTCALL,
+     "paddle-ext: x is a DistTensor on a mesh equal to mesh (None when mesh is not a ProcessMesh)"},
+    {"free_slot", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&FreeSlotRaw)), METH_FASTCALL,
+     "index of an earlier result in the list that nothing else holds, or -1"},
+};
+
 }  // namespace
 
 PYBIND11_MODULE(paddle_ext_fast_key, m) {
-  m.def("fast_key", &FastKey, "paddle-ext dispatch key of DistTensor slots: (bytes, no_grad) or None");
-  m.def("reshard_source_key", &ReshardSourceKey,
-        "paddle-ext reshard key of a DistTensor: bytes of its mesh, dims, dtype and placements");
-  m.def("free_slot", &FreeSlot, "index of an earlier result in the list that nothing else holds, or -1");
+  for (auto& def : kRaw) m.add_object(def.ml_name, py::reinterpret_steal<py::object>(PyCFunction_New(&def, nullptr)));
+  m.def("set_target_types", &SetTargetTypes,
+        "paddle-ext: Paddle's ProcessMesh, Shard, Partial and Replicate classes, for reshard_key's target half");
+  m.def("target_key", &TargetKey, "paddle-ext reshard key's target half: bytes of the mesh and placements, or None");
   m.def("sole_owner", &SoleOwner, "True when no other tensor shares this dense tensor's memory");
   m.def("all_gather_into", &AllGatherInto, "paddle-ext S(0) -> R on a gloo ring: all_gather local into out");
   m.def("all_reduce_into", &AllReduceInto, "paddle-ext P -> R on a gloo ring: out = the reduction of every local");

@@ -93,32 +93,36 @@ def _mesh_key(mesh):
     return key
 
 
-def _key(o, installed: bool, x, mesh, placements):
-    """The plan key: hashable, equal for equal requests in the same process state:
-    ``(installed, source, target mesh, target placements, no gradient needed, backend, groups)``.
+def _key(o, installed: bool, x, mesh, placements, backend):
+    """The plan key: hashable, equal for equal requests in the same process state (``backend``:
+    :func:`_backend`'s answer).
 
-    ``source`` is the compiled key's ``bytes`` (mesh ranks and shape, global dims, dtype,
-    placements, read in C++: ``o.compiled_key``) once it is loaded, else a tuple of the same
-    facts read in Python: the source mesh ``None`` when it has the target's ranks and shape (one
-    C++ compare), the placements string Paddle caches on ``x``, the shape, the dtype. The target
-    placements are Paddle's objects (hashed and compared by kind, dim, split factor and reduce
-    type), cheaper than their reprs."""
+    Compiled (:data:`~paddle_ext.compat.native.fast_key.RESHARD_KEY` loaded, and the target a
+    ProcessMesh with Paddle's placements): ``(installed, request, grad enabled, backend, groups)``,
+    ``request`` the ``bytes`` of the source (mesh ranks and shape, global dims, dtype, placements),
+    the target mesh and placements and ``x.stop_gradient``, read in C++ in one call.
+
+    Else a tuple of the same facts read in Python: the source mesh ``None`` when it has the
+    target's ranks and shape (one C++ compare), the placements string Paddle caches on ``x``, the
+    shape, the dtype; the target mesh's ranks and shape, the target placements as Paddle's objects
+    (hashed and compared by kind, dim, split factor and reduce type)."""
     compiled = o.compiled_key[0]
     if compiled is not None:
-        source = compiled(x)   # TypeError for a non-DistTensor: the full path names it
-    else:
-        sm = x.process_mesh
-        source = (None if o.same_mesh(sm, mesh) else (tuple(sm.process_ids), tuple(sm.shape)),
-                  o.placements_text(x), tuple(x.shape), id(x.dtype) if o.dtype_by_id else o.dtype_code(x))
-    return (installed, source, _mesh_key(mesh), tuple(placements), x.stop_gradient or not o.grad_enabled(),
-            _backend(o.dist), len(GROUPS))
+        request = compiled(x, mesh, placements)   # TypeError for a non-DistTensor: the full path names it
+        if request is not None:
+            return installed, request, o.grad_enabled(), backend, len(GROUPS)
+    sm = x.process_mesh
+    source = (None if o.same_mesh(sm, mesh) else (tuple(sm.process_ids), tuple(sm.shape)),
+              o.placements_text(x), tuple(x.shape), id(x.dtype) if o.dtype_by_id else o.dtype_code(x))
+    return (installed, source, _mesh_key(mesh), tuple(placements), x.stop_gradient, o.grad_enabled(),
+            backend, len(GROUPS))
 
 
 def _lookup(o, installed: bool, x, mesh, placements):
     """``(key, cached runner or None)``; ``(None, None)`` when ``x``/``mesh``/``placements`` are
     not what a key is made of (the full path names what is wrong)."""
     try:
-        key = _key(o, installed, x, mesh, placements)
+        key = _key(o, installed, x, mesh, placements, _backend(o.dist))
         return key, _CACHE.get(key)
     except (AttributeError, TypeError):   # not a DistTensor / ProcessMesh, an unhashable placement
         return None, None
@@ -140,27 +144,109 @@ def reshard(x, mesh, placements, *, check: bool = True, stats: dict | None = Non
 
 def installed(original, check: bool, x, mesh, placements):
     """``dist.reshard`` after ``install()``: Paddle's ``original`` for static graphs and what
-    paddle-ext cannot express, else as :func:`reshard` (``check`` as installed)."""
-    o = _ops()
-    if not o.in_dygraph() or not getattr(x, "is_dist", _no)():
+    paddle-ext cannot express, else as :func:`reshard` (``check`` as installed).
+
+    A call handed back to Paddle is decided in as few steps as the state allows: without a
+    process group, within one mesh, before any key (one C++ mesh compare); else from the key,
+    whose cached decision is :data:`TO_PADDLE`. With the compiled key loaded, the key is built
+    here (the tuple of :func:`_key`, which a test holds it to) and a non-DistTensor is the one
+    that key refuses."""
+    o = _O[0] if _O else _first_ops()
+    compiled = o.compiled_key[0]
+    if compiled is None or DEBUG[0]:
+        return _installed(o, original, check, x, mesh, placements)
+    if not o.in_dygraph():
+        return original(x, mesh, placements)
+    dist = o.dist
+    if dist.is_initialized():
+        backend = _BACKEND.get(dist.get_backend) or _backend(dist)
+    else:
+        # no process group: every reshard within one mesh goes to Paddle (route.to_paddle_first),
+        # decided before any key is built; a change of mesh takes the key (it may be refused)
+        if _world(dist) > 1 and o.compiled_same_mesh[0](x, mesh):   # False for a non-DistTensor
+            return _no_parallel_env(original, x, mesh, placements)
+        backend = _backend(dist)
+    try:
+        request = compiled(x, mesh, placements)
+    except TypeError:   # not a DistTensor: Paddle's own function answers
+        return original(x, mesh, placements)
+    if request is None:   # a target the compiled key does not read: the Python key and the full path
+        return _installed(o, original, check, x, mesh, placements)
+    key = (True, request, o.grad_enabled(), backend, len(GROUPS))
+    entry = _CACHE.get(key)
+    if entry is TO_PADDLE:
+        return original(x, mesh, placements if placements.__class__ is list else list(placements))
+    if entry is None:
+        entry = _first_call(o, key, x, mesh, placements)
+    return entry(x, mesh, placements, check)
+
+
+def _installed(o, original, check: bool, x, mesh, placements):
+    """:func:`installed` with the Python key (the compiled one not loaded, or a target it does
+    not read) or the debug switch on."""
+    if not getattr(x, "is_dist", _no)() or not o.in_dygraph():
         return original(x, mesh, placements)
     if DEBUG[0]:
         return dygraph.reshard(x, mesh, placements, check=True, installed=True)
     dist = o.dist
-    if not dist.is_initialized() and dist.get_world_size() > 1:
-        # no process group: every reshard within one mesh goes to Paddle (route.to_paddle_first),
-        # decided before any key is built; a change of mesh takes the key (it may be refused)
-        if o.same_mesh(x.process_mesh, mesh):   # ranks and shape, compared in C++
-            note_no_parallel_env()
-            return _original(o)(x, mesh, list(placements))
+    if not dist.is_initialized() and _world(dist) > 1 and o.same_mesh(x.process_mesh, mesh):
+        return _no_parallel_env(original, x, mesh, placements)   # as in installed()
     key, entry = _lookup(o, True, x, mesh, placements)
+    if entry is TO_PADDLE:
+        return original(x, mesh, placements if placements.__class__ is list else list(placements))
     if entry is None:
         if key is None:
             return dygraph.reshard(x, mesh, placements, check=check, installed=True)
-        if dist.get_rank() not in mesh.process_ids:
-            watch_mesh(mesh)   # a first call: a target mesh without this rank gets the one-line hint
-        entry = _build(o, key, x, mesh, placements)
+        entry = _first_call(o, key, x, mesh, placements)
     return entry(x, mesh, placements, check)
+
+
+def _no_parallel_env(original, x, mesh, placements):
+    """Paddle's reshard without a process group (within one mesh), with the one log line."""
+    if not _NOTED:   # note_once, asked once
+        note_no_parallel_env()
+        _NOTED.append(True)
+    return original(x, mesh, placements if placements.__class__ is list else list(placements))
+
+
+def _first_call(o, key, x, mesh, placements):
+    """A key's first call after ``install()``: the full path's decision, cached."""
+    if o.dist.get_rank() not in mesh.process_ids:
+        watch_mesh(mesh)   # a target mesh without this rank gets the one-line hint
+    return _build(o, key, x, mesh, placements)
+
+
+_O: list = []        # ops(), once built
+_NOTED: list = []    # the no-parallel-env line logged
+_WORLD: dict = {}    # the world size before init_parallel_env(), per get_world_size function
+
+
+def _first_ops():
+    _O.append(_ops())
+    return _O[0]
+
+
+def _world(dist) -> int:
+    """The world size without a process group: what Paddle's ``ParallelEnv`` read from the
+    environment once (asked once per ``get_world_size`` function: a test double answers for itself)."""
+    fn = dist.get_world_size
+    n = _WORLD.get(fn)
+    if n is None:
+        n = _WORLD[fn] = fn()
+    return n
+
+
+class _ToPaddle:
+    """The cached decision "Paddle's own reshard serves this key" (``entry(x, mesh, placements,
+    check)`` as every runner; :func:`installed` calls Paddle's function itself when it finds it)."""
+
+    __slots__ = ()
+
+    def __call__(self, x, mesh, placements, check):
+        return _original(_ops())(x, mesh, placements if placements.__class__ is list else list(placements))
+
+
+TO_PADDLE = _ToPaddle()
 
 
 def _no():
@@ -182,9 +268,7 @@ def _build(o, key, x, mesh, placements):
     """The full path's decision for ``key`` (named errors raised, nothing cached then), cached."""
     kind, specs = route(o.paddle, x, mesh, placements, installed=key[0])
     if kind == "paddle":
-        original = _original(o)
-        return _store(key, lambda x, mesh, placements, check: original(
-            x, mesh, placements if placements.__class__ is list else list(placements)))
+        return _store(key, TO_PADDLE)
     if kind == "reshape":
         exact = reshape_placements(specs[0], specs[1])
         return _store(key, lambda x, mesh, placements, check: local_mesh_reshape(x, mesh, *exact))
@@ -206,7 +290,7 @@ def _build(o, key, x, mesh, placements):
     if kind != "ext":
         return _store(key, native)
     values = _runner(o, x, specs)
-    differentiable = not key[4]
+    differentiable = not x.stop_gradient and o.grad_enabled()
 
     def ext(x, mesh, placements, check):
         if check:

@@ -60,7 +60,7 @@ def install_reshard(check: bool = False) -> bool:
     _SAVED["api"] = auto_parallel_api().reshard
     ours = _make(_SAVED["dist"], check)
     fast.clear()
-    fast_key.start()   # the fast path's compiled source key: loaded if built, else built in the background
+    fast_key.start()   # the fast path's compiled request key: loaded if built, else built in the background
     paddle.distributed.reshard = ours
     auto_parallel_api().reshard = ours
     return True

@@ -13,10 +13,15 @@ against a native add of ~40 us). ``fast_key(slots)`` reads the same facts from e
 * ``None`` when a slot is not a DistTensor (None, a list, a dense tensor) or the inputs are on
   different meshes: the general path then runs (and names the problem).
 
-``reshard_source_key(x)`` (:data:`RESHARD_KEY`) is the source half of the reshard fast path's
-plan key (:mod:`paddle_ext.reshard.fast`): ``bytes`` of one DistTensor's mesh (shape and
-process ids), global dims, dtype and placements, about 0.3 us against 1.5 us for the same facts
-through Paddle's Python getters; ``TypeError`` for anything else.
+``reshard_key(x, mesh, placements)`` (:data:`RESHARD_KEY`) is the reshard fast path's request key
+(:mod:`paddle_ext.reshard.fast`): ``bytes`` of the DistTensor's mesh (shape and process ids),
+global dims, dtype and placements, the target mesh's shape and process ids, the target placements
+and ``x.stop_gradient``, in one call of ~0.7 us (the same facts as a tuple cost ~1 us to read and
+~1 us to hash: a Paddle placement's hash formats its string); ``None`` when the target is not a
+ProcessMesh with Shard/Partial/Replicate placements, ``TypeError`` for a non-DistTensor. The target
+objects are read from pybind11's instance record (the wheel's type registry is not shared with this
+module), for the classes :func:`_load` registers, and only after :func:`target_key_agrees` has
+checked the reading against Python's on known meshes and placements.
 
 The same library holds what is not a key (:data:`GLOO_NATIVE`): the reshard fast path's
 one-collective runners on gloo as single native calls on the group's gloo communicator (an
@@ -36,18 +41,23 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import threading
 
 from ...errors import CompatError
 from . import cpp_build  # module attributes, looked up per call (tests replace build_and_load)
-from ..version import paddle_version, version_status
+from ..version import paddle_version, require_paddle, version_status
 
 logger = logging.getLogger("paddle_ext.dispatch")
 
 KEY: list = [None]        # the compiled ``fast_key`` once loaded; the dispatcher reads KEY[0] per call
-#: the compiled ``reshard_source_key(x) -> bytes`` once loaded (TypeError for a non-DistTensor);
-#: the reshard fast path reads RESHARD_KEY[0] per call and builds its Python key while it is None
+#: the compiled ``reshard_key(x, mesh, placements) -> bytes | None`` once loaded and checked (TypeError
+#: for a non-DistTensor); the reshard fast path reads RESHARD_KEY[0] per call and builds its Python key
+#: while it is None (or it answers None)
 RESHARD_KEY: list = [None]
+#: the compiled ``same_mesh(x, mesh) -> bool | None`` once loaded and checked (like RESHARD_KEY): ``x`` a
+#: DistTensor on a mesh equal to ``mesh`` (Paddle's compare), None when ``mesh`` is not a ProcessMesh
+SAME_MESH: list = [None]
 #: the compiled module once loaded, for the reshard fast path's one-call gloo runners on CPU:
 #: ``all_gather_into(local, out, ring)`` (S(0) -> R), ``all_reduce_into(local, out, ring, op)`` (P -> R;
 #: phi's ReduceType: 0 sum, 1 max, 2 min), ``gather_take(local, out, ring, gathered, dim, block)`` (small
@@ -133,12 +143,44 @@ def _load() -> None:
         _unavailable(exc)
         return
     _STATE["fn"] = module.fast_key
-    _STATE["reshard_fn"] = getattr(module, "reshard_source_key", None)
+    _STATE["reshard_fn"] = module.reshard_key if _target_types(module) else None
     GLOO_NATIVE[0] = module if all(hasattr(module, f) for f in NATIVE_FUNCTIONS) else None
+    _STATE["same_mesh_fn"] = module.same_mesh if _STATE["reshard_fn"] is not None else None
     if not _STATE.get("python_key"):
         KEY[0] = module.fast_key
         RESHARD_KEY[0] = _STATE["reshard_fn"]
+        SAME_MESH[0] = _STATE["same_mesh_fn"]
     _STATE["status"] = "ready"
+
+
+def _target_types(module) -> bool:
+    """Register Paddle's target classes with ``module`` and check its reading of them."""
+    try:
+        core = require_paddle("paddle_ext reshard key").base.core
+        module.set_target_types(core.ProcessMesh, core.Shard, core.Partial, core.Replicate)
+        ok = target_key_agrees(module, core)
+    except (AttributeError, TypeError, ValueError, RuntimeError) as exc:   # another Paddle layout
+        ok, why = False, exc
+    else:
+        why = "the C++ reading of ProcessMesh and placements disagrees with Paddle's getters"
+    if not ok:
+        logger.warning("paddle-ext reshard fast path keeps its Python key: %s", why)
+    return ok
+
+
+def target_key_agrees(module, core) -> bool:
+    """``module.target_key`` reads what Paddle's own getters read, on a 2-D mesh with a shard, a max
+    partial and a replicate, and refuses an uninitialized mesh and a non-placement."""
+    mesh = core.ProcessMesh([2, 3], [5, 4, 3, 2, 1, 0], ["a", "b"])
+    shard, partial = core.Shard(1), core.Partial(core.ReduceType.kRedMax)
+    shard.set_split_factor(2)
+    pls = [shard, partial, core.Replicate()]
+    want = [len(mesh.shape), *mesh.shape, len(mesh.process_ids), *mesh.process_ids, len(pls),
+            3, shard.get_dim(), shard.get_split_factor(), shard.get_co_shard_order(),
+            2, int(partial.reduce_type()), 1]
+    return (module.target_key(mesh, pls) == struct.pack(f"{len(want)}q", *want)
+            and module.target_key(core.ProcessMesh.__new__(core.ProcessMesh), pls) is None
+            and module.target_key(mesh, [1]) is None and module.target_key(mesh, "S") is None)
 
 
 def use(compiled: bool) -> None:
@@ -146,10 +188,11 @@ def use(compiled: bool) -> None:
     their Python keys, ``use(True)`` the compiled ones (built now if needed)."""
     _STATE["python_key"] = not compiled
     if not compiled:
-        KEY[0] = RESHARD_KEY[0] = None
+        KEY[0] = RESHARD_KEY[0] = SAME_MESH[0] = None
         return
     start(wait=True)
     KEY[0] = _STATE.get("fn")
     RESHARD_KEY[0] = _STATE.get("reshard_fn")
+    SAME_MESH[0] = _STATE.get("same_mesh_fn")
     if KEY[0] is None:
         raise CompatError(f"paddle-ext's compiled dispatch key is not available: {status()}")
