@@ -47,6 +47,33 @@ PyObject* GradName() {
   return name;
 }
 
+// The key's bytes are written into a buffer reused by the thread (a fresh std::string per call is a heap
+// allocation: measured between two of Paddle's ops, it cost more than the key's reads); a nested use
+// (a tensor getter that calls back into Python, and so into a key) gets a buffer of its own.
+class ScratchKey {
+ public:
+  ScratchKey() : key_(busy_ ? &own_ : &shared_), nested_(busy_) {
+    busy_ = true;
+    key_->clear();
+  }
+  ~ScratchKey() {
+    if (!nested_) busy_ = false;
+  }
+  ScratchKey(const ScratchKey&) = delete;
+  ScratchKey& operator=(const ScratchKey&) = delete;
+  std::string* get() { return key_; }
+  py::bytes bytes() const { return py::bytes(key_->data(), key_->size()); }
+
+ private:
+  static thread_local std::string shared_;
+  static thread_local bool busy_;
+  std::string own_;
+  std::string* key_;
+  bool nested_;
+};
+thread_local std::string ScratchKey::shared_;
+thread_local bool ScratchKey::busy_ = false;
+
 inline void Put(std::string* key, int64_t v) { key->append(reinterpret_cast<const char*>(&v), sizeof v); }
 
 template <typename V>
@@ -113,8 +140,8 @@ py::object FastKey(py::handle slots) {
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   PyObject** items = PySequence_Fast_ITEMS(seq);
   if (n == 0) return py::none();
-  std::string key;
-  key.reserve(256);
+  ScratchKey scratch;
+  std::string& key = *scratch.get();
   const ProcessMesh* first = nullptr;
   bool no_grad = true;
   for (Py_ssize_t i = 0; i < n; ++i) {
@@ -139,7 +166,7 @@ py::object FastKey(py::handle slots) {
     if (sg != Py_True) no_grad = false;
     Py_DECREF(sg);
   }
-  return py::make_tuple(py::bytes(key), no_grad);
+  return py::make_tuple(scratch.bytes(), no_grad);
 }
 
 // Paddle's Python classes of the target half's objects (core.ProcessMesh, Shard, Partial, Replicate),
@@ -211,8 +238,8 @@ py::object TargetKey(py::handle mesh, py::handle placements) {
 py::object ReshardKey(py::handle x, py::handle mesh, py::handle placements) {
   const DistTensor* d = DistOf(x.ptr());
   if (d == nullptr) throw py::type_error("paddle-ext reshard key: not a DistTensor");
-  std::string key;
-  key.reserve(224);
+  ScratchKey scratch;
+  std::string& key = *scratch.get();
   PutMeshRanks(&key, d->process_mesh());
   PutDims(&key, d->dims());
   Put(&key, static_cast<int64_t>(d->dtype()));
@@ -226,7 +253,7 @@ py::object ReshardKey(py::handle x, py::handle mesh, py::handle placements) {
   if (sg == nullptr) throw py::error_already_set();
   Put(&key, sg == Py_True ? 1 : 0);
   Py_DECREF(sg);
-  return py::bytes(key);
+  return scratch.bytes();
 }
 
 // The dense tensor behind a Python Tensor object (a DistTensor's: its local value); TypeError for
@@ -346,6 +373,39 @@ int FreeSlot(py::handle slots) {
   return -1;
 }
 
+// The dispatch fast path's lookup in one call (paddle_ext/dispatch/plan_cache.py): for DistTensor `slots`
+// on one mesh, `(plan or None, layout, no_grad)` with `plan = plans.get((op, attributes, layout))`, the
+// attributes `()` for an empty dict, else `tuple(attrs.items())`; `layout` and `no_grad` as fast_key's.
+// None when fast_key has no key for the slots; plan None also when the attributes cannot be hashed (the
+// caller normalises them).
+py::object PlanOf(py::handle plans, py::handle op, py::handle attrs, py::handle slots) {
+  if (!PyDict_Check(plans.ptr()) || !PyDict_Check(attrs.ptr())) throw py::type_error("paddle-ext plan_of: dicts");
+  py::object got = FastKey(slots);
+  if (got.is_none()) return got;
+  PyObject* layout = PyTuple_GET_ITEM(got.ptr(), 0);
+  PyObject* no_grad = PyTuple_GET_ITEM(got.ptr(), 1);
+  py::object named;
+  if (PyDict_GET_SIZE(attrs.ptr()) == 0) {
+    named = py::reinterpret_steal<py::object>(PyTuple_New(0));
+  } else {
+    py::object items = py::reinterpret_steal<py::object>(PyDict_Items(attrs.ptr()));
+    if (!items) throw py::error_already_set();
+    named = py::reinterpret_steal<py::object>(PyList_AsTuple(items.ptr()));
+  }
+  if (!named) throw py::error_already_set();
+  py::object key = py::reinterpret_steal<py::object>(PyTuple_Pack(3, op.ptr(), named.ptr(), layout));
+  if (!key) throw py::error_already_set();
+  PyObject* plan = PyDict_GetItemWithError(plans.ptr(), key.ptr());   // borrowed
+  if (plan == nullptr) {
+    if (PyErr_Occurred()) {
+      if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw py::error_already_set();
+      PyErr_Clear();   // an unhashable attribute
+    }
+    plan = Py_None;
+  }
+  return py::reinterpret_steal<py::object>(PyTuple_Pack(3, plan, layout, no_grad));
+}
+
 // True when `x` is a DistTensor on a mesh equal to `mesh` (Paddle's own ProcessMesh compare: shape and
 // process ids), False when it is not; None when `mesh` is not a ProcessMesh (the caller compares in
 // Python). The reshard fast path's hand-back without a process group: no Python mesh object is made.
@@ -394,6 +454,11 @@ PyObject* SameMeshRaw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return Guarded([&] { return SameMesh(args[0], args[1]); });
 }
 
+PyObject* PlanOfRaw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!Arity(nargs, 4, "plan_of(plans, op, attrs, slots)")) return nullptr;
+  return Guarded([&] { return PlanOf(args[0], args[1], args[2], args[3]); });
+}
+
 PyObject* FreeSlotRaw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (!Arity(nargs, 1, "free_slot(slots)")) return nullptr;
   return Guarded([&] { return py::reinterpret_steal<py::object>(PyLong_FromLong(FreeSlot(args[0]))); });
@@ -404,6 +469,8 @@ PyMethodDef kRaw[] = {
      "paddle-ext dispatch key of DistTensor slots: (bytes, no_grad) or None"},
     {"reshard_key", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&ReshardKeyRaw)), METH_FASTCALL,
      "paddle-ext reshard key of a request: bytes of the source, the target mesh and placements, stop_gradient"},
+    {"plan_of", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&PlanOfRaw)), METH_FASTCALL,
+     "paddle-ext dispatch lookup: (plans.get((op, attrs, layout)), layout, no_grad), or None without a key"},
     {"same_mesh", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&SameMeshRaw)), METH_FASTCALL,
      "paddle-ext: x is a DistTensor on a mesh equal to mesh (None when mesh is not a ProcessMesh)"},
     {"free_slot", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&FreeSlotRaw)), METH_FASTCALL,

@@ -3,7 +3,8 @@
 One call of a dispatched op does, in order:
 
 1. **lookup** (:mod:`.plan_cache`): the call's :class:`~.call_plan.Plan`, found by one dict lookup
-   keyed by op, attributes and the inputs' layouts (global shapes, placements, mesh), else made
+   keyed by op, attributes and the inputs' layouts (global shapes, placements, mesh) -- key and
+   lookup one compiled call (``fast_key.PLAN_OF``) once built --, else made
    by :func:`~.call_plan.make_plan`: every DistTensor input's :class:`DistSpec` (a dense tensor next
    to them is taken as replicated, Paddle's own convention) and paddle-ext's rule for the op
    (``paddle_ext.spmd``) -- a missing rule, inputs on different meshes or a rule that cannot
@@ -50,13 +51,15 @@ from .audit_report import _ACTIVE, record_dispatch
 from .autograd import dispatch_function, reshard
 from .outputs import wrap_checked
 from .call_plan import LocalCtx, Plan
-from .plan_cache import lookup
+from ..compat.native.fast_key import PLAN_OF
+from .plan_cache import PLANS, lookup
 from .rule_lookup import DispatchError, HandBack, explain_call, get_rule
 from .slots import flatten_slots, restructure
 from .static import dispatch_static
 
-_NATIVE = contextvars.ContextVar("paddle_ext_dispatch_native_autograd", default=True)
-_BY_PADDLE = contextvars.ContextVar("paddle_ext_dispatch_by_paddle", default=True)
+_ALL_ROUTES = (True, True)
+#: (Paddle's native autograd allowed, Paddle's op on the DistTensors allowed): one read per call
+_ROUTES = contextvars.ContextVar("paddle_ext_dispatch_routes", default=_ALL_ROUTES)
 log = logging.getLogger("paddle_ext.dispatch")
 
 
@@ -78,25 +81,31 @@ def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
     (``ctx``: a :class:`LocalCtx`, None when no input is a DistTensor).
     """
     rt = dygraph_runtime()
-    if not rt.in_dygraph():
+    if rt.tracer() is None:   # not dygraph
         return dispatch_static(op, slots, attrs, run_local)
-    found = lookup(rt, op, slots, attrs)
-    if found is None:   # no DistTensor among the inputs
-        return run_local(list(slots), None)
-    plan, no_grad = found
+    plan_of = PLAN_OF[0]   # the compiled key and lookup in one call, once built (a repeated call: a hit)
+    got = plan_of(PLANS, op, attrs, slots) if plan_of is not None and attrs.__class__ is dict else None
+    if got is not None and got[0] is not None:
+        plan, _, no_grad = got
+    else:
+        found = lookup(rt, op, slots, attrs)
+        if found is None:   # no DistTensor among the inputs
+            return run_local(list(slots), None)
+        plan, no_grad = found
     if no_grad or not rt.grad_enabled():
         flat = slots if plan.ready else _inputs(rt, plan, slots)
         lin = [local_value(t) for t in flat]
     else:
         outs = None
-        if plan.by_paddle is not False and _BY_PADDLE.get() and _NATIVE.get():
+        routes = _ROUTES.get()
+        if plan.by_paddle is not False and (routes is _ALL_ROUTES or all(routes)):
             outs = run_local(slots, None) if plan.by_paddle else _first_by_paddle(plan, slots, run_local)
         if outs is not None:
             if _ACTIVE:
                 record_dispatch(op)
             return outs
         flat = slots if plan.ready else _inputs(rt, plan, slots)
-        if plan.native_hints is None or not _NATIVE.get():
+        if plan.native_hints is None or not routes[0]:
             outs = dispatch_function().apply(Call(op, plan, list(slots), run_local), *flat)
             if _ACTIVE:
                 record_dispatch(op)
@@ -161,22 +170,22 @@ def _inputs(rt: DygraphRuntime, plan: Plan, slots) -> list:
 @contextlib.contextmanager
 def pylayer_only():
     """Inside the block, every differentiable dygraph dispatch takes the PyLayer route."""
-    token = _NATIVE.set(False)
+    token = _ROUTES.set((False, _ROUTES.get()[1]))
     try:
         yield
     finally:
-        _NATIVE.reset(token)
+        _ROUTES.reset(token)
 
 
 @contextlib.contextmanager
 def own_routes():
     """Inside the block, no differentiable dygraph dispatch runs Paddle's op on the DistTensors:
     paddle-ext's native route or its PyLayer serves it (tests compare the routes)."""
-    token = _BY_PADDLE.set(False)
+    token = _ROUTES.set((_ROUTES.get()[0], False))
     try:
         yield
     finally:
-        _BY_PADDLE.reset(token)
+        _ROUTES.reset(token)
 
 
 def has_dist(slots) -> bool:

@@ -35,6 +35,7 @@ from .slots import flatten_slots
 
 LIMIT = 4096        # plans (and meshes) kept; past it, new ones are made per call and not kept
 _PLANS: dict = {}   # (op, attributes, layout) -> Plan
+PLANS = _PLANS      # the same dict: the dispatcher's compiled lookup (fast_key.PLAN_OF) reads it
 _MESHES: list = []  # the meshes seen, as owned C++ ProcessMesh objects; a mesh's number is its index
 
 

@@ -13,6 +13,10 @@ against a native add of ~40 us). ``fast_key(slots)`` reads the same facts from e
 * ``None`` when a slot is not a DistTensor (None, a list, a dense tensor) or the inputs are on
   different meshes: the general path then runs (and names the problem).
 
+``plan_of(plans, op, attrs, slots)`` (:data:`PLAN_OF`) is that key and the dispatcher's dict
+lookup in one call; a step between two of Paddle's calls costs 3-4 times its own time on this
+VM, so one call instead of a Python function, a tuple of the attributes and a key tuple.
+
 ``reshard_key(x, mesh, placements)`` (:data:`RESHARD_KEY`) is the reshard fast path's request key
 (:mod:`paddle_ext.reshard.fast`): ``bytes`` of the DistTensor's mesh (shape and process ids),
 global dims, dtype and placements, the target mesh's shape and process ids, the target placements
@@ -51,6 +55,9 @@ from ..version import paddle_version, require_paddle, version_status
 logger = logging.getLogger("paddle_ext.dispatch")
 
 KEY: list = [None]        # the compiled ``fast_key`` once loaded; the dispatcher reads KEY[0] per call
+#: the compiled ``plan_of(plans, op, attrs, slots)`` once loaded: the dispatcher's key and its lookup in one
+#: call, ``(plans.get((op, tuple(attrs.items()), layout)), layout, no_grad)``, None without a key
+PLAN_OF: list = [None]
 #: the compiled ``reshard_key(x, mesh, placements) -> bytes | None`` once loaded and checked (TypeError
 #: for a non-DistTensor); the reshard fast path reads RESHARD_KEY[0] per call and builds its Python key
 #: while it is None (or it answers None)
@@ -143,11 +150,13 @@ def _load() -> None:
         _unavailable(exc)
         return
     _STATE["fn"] = module.fast_key
+    _STATE["plan_of"] = module.plan_of
     _STATE["reshard_fn"] = module.reshard_key if _target_types(module) else None
     GLOO_NATIVE[0] = module if all(hasattr(module, f) for f in NATIVE_FUNCTIONS) else None
     _STATE["same_mesh_fn"] = module.same_mesh if _STATE["reshard_fn"] is not None else None
     if not _STATE.get("python_key"):
         KEY[0] = module.fast_key
+        PLAN_OF[0] = module.plan_of
         RESHARD_KEY[0] = _STATE["reshard_fn"]
         SAME_MESH[0] = _STATE["same_mesh_fn"]
     _STATE["status"] = "ready"
@@ -188,10 +197,11 @@ def use(compiled: bool) -> None:
     their Python keys, ``use(True)`` the compiled ones (built now if needed)."""
     _STATE["python_key"] = not compiled
     if not compiled:
-        KEY[0] = RESHARD_KEY[0] = SAME_MESH[0] = None
+        KEY[0] = PLAN_OF[0] = RESHARD_KEY[0] = SAME_MESH[0] = None
         return
     start(wait=True)
     KEY[0] = _STATE.get("fn")
+    PLAN_OF[0] = _STATE.get("plan_of")
     RESHARD_KEY[0] = _STATE.get("reshard_fn")
     SAME_MESH[0] = _STATE.get("same_mesh_fn")
     if KEY[0] is None:

@@ -44,7 +44,8 @@ class DygraphRuntime:
 
     tensor: type                 # paddle.Tensor
     in_dygraph: Callable         # paddle.in_dynamic_mode
-    grad_enabled: Callable       # paddle.is_grad_enabled
+    grad_enabled: Callable       # core._has_grad (what paddle.is_grad_enabled returns, without its Python frame)
+    tracer: Callable             # () -> the dygraph tracer, None outside dygraph (in_dynamic_mode's test, no frame)
     to_local: Callable           # C++ dtensor_to_local(tensor, mesh, grad placements)
     from_local: Callable         # C++ dtensor_from_local(local, mesh, placements)
     owned_mesh: Callable         # (shape, process ids, dim names) -> a C++ ProcessMesh that owns its data
@@ -57,7 +58,9 @@ def dygraph_runtime() -> DygraphRuntime:
     (:func:`paddle_ext.compat.native.fast_key.start`: loaded now if built, else built in the background)."""
     paddle = _paddle()
     core = paddle.base.core
-    rt = DygraphRuntime(paddle.Tensor, paddle.in_dynamic_mode, paddle.is_grad_enabled, core.dtensor_to_local,
+    state = paddle.base.framework.global_var   # in_dynamic_mode(): state._dygraph_tracer_ is not None
+    rt = DygraphRuntime(paddle.Tensor, paddle.in_dynamic_mode, core._has_grad,
+                        functools.partial(getattr, state, "_dygraph_tracer_"), core.dtensor_to_local,
                         core.dtensor_from_local, core.ProcessMesh, hasattr(paddle.Tensor, "_placements_str"))
     fast_key.start()
     return rt
