@@ -1,8 +1,9 @@
 """Shared pytest setup: the project's bytecode compiled once, no multi-rank test may leave a
 process behind, the long tail runs on request, and the split of work between CI's two pytest-xdist
 workers (``-n 2``, scheduled by :class:`RanksApart`): every test that launches ranks in one scope,
-run one after another on one worker as before; the one-process tests, a module per scope, on the
-other worker's spare CPU (SCHED_IDLE)."""
+run one after another on one worker as before, but for :data:`SECOND_RANKS` (a second scope, run
+on the other worker beside the first); the one-process tests, a module per scope, on the other
+worker's spare CPU (SCHED_IDLE)."""
 import compileall
 import os
 from pathlib import Path
@@ -38,16 +39,29 @@ def no_leftover_ranks(request):
 #: test directories whose tests launch ranks (``run_ranks``): one xdist scope, one at a time
 RANK_DIRS = ("multirank", "docs")
 RANKS_GROUP = "ranks"
+#: rank-launching modules that form a second scope of their own: the other worker runs them beside
+#: the first scope's launches, on the CPU those leave idle (a load of about 1 on 2 cores), at the
+#: normal policy; each launch has its own tag, log dir and timeout, and Paddle's launcher picks
+#: free ports, so two launches at a time do not meet. PaddleNLP's models: ~260 s of launches, each
+#: with a 300 s bound.
+SECOND_RANKS = {"tests/multirank/test_real_models.py": "ranks-models"}
 #: the scheduling policy of a worker while it runs a one-process test under xdist: SCHED_IDLE
 #: runs only on a CPU nothing else wants, and a waking rank takes the CPU from it at once (under
 #: nice 10 the launches slowed by nearly all the time the one-process tests took: 25 s saved of 23 min)
 ONE_PROCESS_POLICY = getattr(os, "SCHED_IDLE", None)
 
 def _group(nodeid: str) -> str:
-    """:data:`RANKS_GROUP` for a test under ``tests/<RANK_DIRS>``, else its module's path."""
+    """:data:`RANKS_GROUP` for a test under ``tests/<RANK_DIRS>`` (:data:`SECOND_RANKS`' scope for
+    those modules), else its module's path."""
     path = nodeid.split("::", 1)[0]
     parts = path.split("/")
-    return RANKS_GROUP if len(parts) > 2 and parts[-2] in RANK_DIRS else path
+    if len(parts) > 2 and parts[-2] in RANK_DIRS:
+        return SECOND_RANKS.get(path, RANKS_GROUP)
+    return path
+
+
+def _launches(group: str) -> bool:
+    return group == RANKS_GROUP or group in SECOND_RANKS.values()
 
 
 try:
@@ -73,7 +87,7 @@ def xdist_priority(request):
     launches leave idle (load ~1 on 2 cores). Without xdist nothing changes; where the policy
     cannot be set (not Linux) or set back (not root), the worker keeps the one it has."""
     if hasattr(request.config, "workerinput") and ONE_PROCESS_POLICY is not None:
-        want = os.SCHED_OTHER if _group(request.node.nodeid) == RANKS_GROUP else ONE_PROCESS_POLICY
+        want = os.SCHED_OTHER if _launches(_group(request.node.nodeid)) else ONE_PROCESS_POLICY
         if os.sched_getscheduler(0) != want:
             try:
                 os.sched_setscheduler(0, want, os.sched_param(0))
