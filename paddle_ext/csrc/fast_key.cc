@@ -133,39 +133,46 @@ void PutDims(std::string* key, const phi::DDim& dims) {
   for (int k = 0; k < dims.size(); ++k) Put(key, dims[k]);
 }
 
-// (key bytes, no input requires grad) for a list or tuple of DistTensors on one mesh, else None.
-py::object FastKey(py::handle slots) {
-  PyObject* seq = slots.ptr();
-  if (!PyList_Check(seq) && !PyTuple_Check(seq)) return py::none();
+// Writes the key of a list or tuple of DistTensors on one mesh into `key` and sets `no_grad` (no input
+// requires grad); false when there is no such key (a slot not a DistTensor, two meshes, an unknown
+// placement kind).
+bool BuildKey(PyObject* seq, std::string* key, bool* no_grad) {
+  if (!PyList_Check(seq) && !PyTuple_Check(seq)) return false;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   PyObject** items = PySequence_Fast_ITEMS(seq);
-  if (n == 0) return py::none();
-  ScratchKey scratch;
-  std::string& key = *scratch.get();
+  if (n == 0) return false;
   const ProcessMesh* first = nullptr;
-  bool no_grad = true;
+  *no_grad = true;
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* obj = items[i];
     const DistTensor* d = DistOf(obj);
-    if (d == nullptr) return py::none();
+    if (d == nullptr) return false;
     const ProcessMesh& mesh = d->process_mesh();
     if (first == nullptr) {
       first = &mesh;
-      PutMesh(&key, mesh);
+      PutMesh(key, mesh);
     } else if (!SameMesh(*first, mesh)) {
-      return py::none();
+      return false;
     }
-    PutDims(&key, d->dims());
+    PutDims(key, d->dims());
     const auto& placements = d->placements();
-    Put(&key, static_cast<int64_t>(placements.size()));
+    Put(key, static_cast<int64_t>(placements.size()));
     for (const auto& p : placements) {
-      if (!p || !PutPlacement(&key, *p)) return py::none();
+      if (!p || !PutPlacement(key, *p)) return false;
     }
     PyObject* sg = PyObject_GetAttr(obj, StopGradientName());
     if (sg == nullptr) throw py::error_already_set();
-    if (sg != Py_True) no_grad = false;
+    if (sg != Py_True) *no_grad = false;
     Py_DECREF(sg);
   }
+  return true;
+}
+
+// (key bytes, no input requires grad) for a list or tuple of DistTensors on one mesh, else None.
+py::object FastKey(py::handle slots) {
+  ScratchKey scratch;
+  bool no_grad = true;
+  if (!BuildKey(slots.ptr(), scratch.get(), &no_grad)) return py::none();
   return py::make_tuple(scratch.bytes(), no_grad);
 }
 
@@ -373,37 +380,54 @@ int FreeSlot(py::handle slots) {
   return -1;
 }
 
-// The dispatch fast path's lookup in one call (paddle_ext/dispatch/plan_cache.py): for DistTensor `slots`
-// on one mesh, `(plan or None, layout, no_grad)` with `plan = plans.get((op, attributes, layout))`, the
-// attributes `()` for an empty dict, else `tuple(attrs.items())`; `layout` and `no_grad` as fast_key's.
-// None when fast_key has no key for the slots; plan None also when the attributes cannot be hashed (the
-// caller normalises them).
-py::object PlanOf(py::handle plans, py::handle op, py::handle attrs, py::handle slots) {
-  if (!PyDict_Check(plans.ptr()) || !PyDict_Check(attrs.ptr())) throw py::type_error("paddle-ext plan_of: dicts");
-  py::object got = FastKey(slots);
-  if (got.is_none()) return got;
-  PyObject* layout = PyTuple_GET_ITEM(got.ptr(), 0);
-  PyObject* no_grad = PyTuple_GET_ITEM(got.ptr(), 1);
-  py::object named;
-  if (PyDict_GET_SIZE(attrs.ptr()) == 0) {
-    named = py::reinterpret_steal<py::object>(PyTuple_New(0));
-  } else {
-    py::object items = py::reinterpret_steal<py::object>(PyDict_Items(attrs.ptr()));
-    if (!items) throw py::error_already_set();
-    named = py::reinterpret_steal<py::object>(PyList_AsTuple(items.ptr()));
+// The dispatch fast path's lookup (paddle_ext/dispatch/plan_cache.py): for DistTensor `slots` on one
+// mesh, `plan = plans.get((op, attributes, layout))` with the attributes `()` for an empty dict, else
+// `tuple(attrs.items())`; `layout` (bytes) and `no_grad` as fast_key's. `layout` is None when fast_key
+// has no key for the slots; `plan` (a new reference) is None also when the attributes cannot be hashed
+// (the caller normalises them). Objects are made only for the dict's key.
+struct FoundPlan {
+  py::object layout = py::none();
+  bool no_grad = true;
+  py::object plan = py::none();
+};
+
+FoundPlan FindPlan(PyObject* plans, PyObject* op, PyObject* attrs, PyObject* slots) {
+  if (!PyDict_Check(plans) || !PyDict_Check(attrs)) throw py::type_error("paddle-ext plan_of: dicts");
+  FoundPlan found;
+  {
+    ScratchKey scratch;
+    if (!BuildKey(slots, scratch.get(), &found.no_grad)) return found;
+    found.layout = scratch.bytes();
   }
+  Py_ssize_t n = PyDict_GET_SIZE(attrs);
+  py::object named = py::reinterpret_steal<py::object>(PyTuple_New(n));   // tuple(attrs.items())
   if (!named) throw py::error_already_set();
-  py::object key = py::reinterpret_steal<py::object>(PyTuple_Pack(3, op.ptr(), named.ptr(), layout));
+  Py_ssize_t pos = 0, i = 0;
+  PyObject *name, *value;
+  while (i < n && PyDict_Next(attrs, &pos, &name, &value)) {
+    PyObject* item = PyTuple_Pack(2, name, value);
+    if (item == nullptr) throw py::error_already_set();
+    PyTuple_SET_ITEM(named.ptr(), i++, item);
+  }
+  py::object key = py::reinterpret_steal<py::object>(PyTuple_Pack(3, op, named.ptr(), found.layout.ptr()));
   if (!key) throw py::error_already_set();
-  PyObject* plan = PyDict_GetItemWithError(plans.ptr(), key.ptr());   // borrowed
+  PyObject* plan = PyDict_GetItemWithError(plans, key.ptr());   // borrowed
   if (plan == nullptr) {
     if (PyErr_Occurred()) {
       if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw py::error_already_set();
       PyErr_Clear();   // an unhashable attribute
     }
-    plan = Py_None;
+    return found;
   }
-  return py::reinterpret_steal<py::object>(PyTuple_Pack(3, plan, layout, no_grad));
+  found.plan = py::reinterpret_borrow<py::object>(plan);
+  return found;
+}
+
+// `(plan or None, layout, no_grad)`, or None when fast_key has no key for the slots.
+py::object PlanOf(py::handle plans, py::handle op, py::handle attrs, py::handle slots) {
+  FoundPlan found = FindPlan(plans.ptr(), op.ptr(), attrs.ptr(), slots.ptr());
+  if (found.layout.is_none()) return py::none();
+  return py::make_tuple(found.plan, found.layout, found.no_grad);
 }
 
 // True when `x` is a DistTensor on a mesh equal to `mesh` (Paddle's own ProcessMesh compare: shape and
@@ -416,77 +440,5 @@ py::object SameMesh(py::handle x, py::handle mesh) {
   return py::bool_(d != nullptr && d->process_mesh() == *target);
 }
 
-// The per-call functions as plain CPython functions (METH_FASTCALL): pybind11's dispatcher (argument
-// records, overload resolution) costs about as much as the functions themselves, and these run on
-// every repeated dist.reshard and dispatched op.
-template <typename Call>
-PyObject* Guarded(Call&& call) {
-  try {
-    return call().release().ptr();
-  } catch (py::error_already_set& e) {
-    e.restore();
-  } catch (py::builtin_exception& e) {
-    e.set_error();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  }
-  return nullptr;
-}
-
-bool Arity(Py_ssize_t nargs, Py_ssize_t want, const char* signature) {
-  if (nargs == want) return true;
-  PyErr_Format(PyExc_TypeError, "paddle-ext %s takes %zd arguments, got %zd", signature, want, nargs);
-  return false;
-}
-
-PyObject* FastKeyRaw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (!Arity(nargs, 1, "fast_key(slots)")) return nullptr;
-  return Guarded([&] { return FastKey(args[0]); });
-}
-
-PyObject* ReshardKeyRaw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (!Arity(nargs, 3, "reshard_key(x, mesh, placements)")) return nullptr;
-  return Guarded([&] { return ReshardKey(args[0], args[1], args[2]); });
-}
-
-PyObject* SameMeshRaw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (!Arity(nargs, 2, "same_mesh(x, mesh)")) return nullptr;
-  return Guarded([&] { return SameMesh(args[0], args[1]); });
-}
-
-PyObject* PlanOfRaw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (!Arity(nargs, 4, "plan_of(plans, op, attrs, slots)")) return nullptr;
-  return Guarded([&] { return PlanOf(args[0], args[1], args[2], args[3]); });
-}
-
-PyObject* FreeSlotRaw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (!Arity(nargs, 1, "free_slot(slots)")) return nullptr;
-  return Guarded([&] { return py::reinterpret_steal<py::object>(PyLong_FromLong(FreeSlot(args[0]))); });
-}
-
-PyMethodDef kRaw[] = {
-    {"fast_key", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&FastKeyRaw)), METH_FASTCALL,
-     "paddle-ext dispatch key of DistTensor slots: (bytes, no_grad) or None"},
-    {"reshard_key", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&ReshardKeyRaw)), METH_FASTCALL,
-     "paddle-ext reshard key of a request: bytes of the source, the target mesh and placements, stop_gradient"},
-    {"plan_of", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&PlanOfRaw)), METH_FASTCALL,
-     "paddle-ext dispatch lookup: (plans.get((op, attrs, layout)), layout, no_grad), or None without a key"},
-    {"same_mesh", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&SameMeshRaw)), METH_FASTCALL,
-     "paddle-ext: x is a DistTensor on a mesh equal to mesh (None when mesh is not a ProcessMesh)"},
-    {"free_slot", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&FreeSlotRaw)), METH_FASTCALL,
-     "index of an earlier result in the list that nothing else holds, or -1"},
-};
 
 }  // namespace
-
-PYBIND11_MODULE(paddle_ext_fast_key, m) {
-  for (auto& def : kRaw) m.add_object(def.ml_name, py::reinterpret_steal<py::object>(PyCFunction_New(&def, nullptr)));
-  m.def("set_target_types", &SetTargetTypes,
-        "paddle-ext: Paddle's ProcessMesh, Shard, Partial and Replicate classes, for reshard_key's target half");
-  m.def("target_key", &TargetKey, "paddle-ext reshard key's target half: bytes of the mesh and placements, or None");
-  m.def("sole_owner", &SoleOwner, "True when no other tensor shares this dense tensor's memory");
-  m.def("all_gather_into", &AllGatherInto, "paddle-ext S(0) -> R on a gloo ring: all_gather local into out");
-  m.def("all_reduce_into", &AllReduceInto, "paddle-ext P -> R on a gloo ring: out = the reduction of every local");
-  m.def("gather_take", &GatherTake,
-        "paddle-ext S(0) -> S(dim) on a gloo ring: all_gather local into gathered, copy its block of dim into out");
-}

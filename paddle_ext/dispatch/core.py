@@ -10,7 +10,10 @@ One call of a dispatched op does, in order:
    (``paddle_ext.spmd``) -- a missing rule, inputs on different meshes or a rule that cannot
    serve the placements raise :class:`DispatchError` naming the op, the placements and the fix;
    nothing is ever replicated silently;
-2. **route** (:func:`dispatch`, the one place that chooses): the inputs the plan expects (dense
+2. **route** (:func:`_decide`, the one place that chooses; its most common answer -- a repeated
+   differentiable call that Paddle's op serves, no route switch, no audit -- is also taken by the
+   compiled entry ``fast_key.ROUTE``, which hands every other call to :func:`_decide` with its
+   lookup): the inputs the plan expects (dense
    tensors replicated, the rule's required reshards done, differentiably), then one of four
    routes --
 
@@ -51,7 +54,7 @@ from .audit_report import _ACTIVE, record_dispatch
 from .autograd import dispatch_function, reshard
 from .outputs import wrap_checked
 from .call_plan import LocalCtx, Plan
-from ..compat.native.fast_key import PLAN_OF
+from ..compat.native.fast_key import PLAN_OF, ROUTE, bind_route
 from .plan_cache import PLANS, lookup
 from .rule_lookup import DispatchError, HandBack, explain_call, get_rule
 from .slots import flatten_slots, restructure
@@ -80,12 +83,22 @@ def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
     ``attrs``: the rule's attributes; ``run_local(local_slots, ctx)`` computes on local tensors
     (``ctx``: a :class:`LocalCtx`, None when no input is a DistTensor).
     """
+    route = ROUTE[0]   # the compiled entry, once built and checked: its hot route, else _decide below
+    if route is not None:
+        return route(op, slots, attrs, run_local)
+    return _decide(op, slots, attrs, run_local, None)
+
+
+def _decide(op: str, slots: Sequence, attrs: dict, run_local: Callable, got):
+    """:func:`dispatch`'s decision. ``got``: the compiled lookup's answer when the compiled entry
+    looked (``(plan or None, layout, no_grad)``; False: the slots have no compiled key), else None."""
     rt = dygraph_runtime()
     if rt.tracer() is None:   # not dygraph
         return dispatch_static(op, slots, attrs, run_local)
-    plan_of = PLAN_OF[0]   # the compiled key and lookup in one call, once built (a repeated call: a hit)
-    got = plan_of(PLANS, op, attrs, slots) if plan_of is not None and attrs.__class__ is dict else None
-    if got is not None and got[0] is not None:
+    if got is None:
+        plan_of = PLAN_OF[0]   # the compiled key and lookup in one call, once built (a repeated call: a hit)
+        got = plan_of(PLANS, op, attrs, slots) if plan_of is not None and attrs.__class__ is dict else None
+    if got and got[0] is not None:
         plan, _, no_grad = got
     else:
         found = lookup(rt, op, slots, attrs)
@@ -121,6 +134,9 @@ def dispatch(op: str, slots: Sequence, attrs: dict, run_local: Callable):
     if _ACTIVE:
         record_dispatch(op)
     return outs
+
+
+bind_route(PLANS, _ROUTES, _ALL_ROUTES, _ACTIVE, _decide)
 
 
 def _first_by_paddle(plan: Plan, slots, run_local: Callable):

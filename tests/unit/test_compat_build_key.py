@@ -23,22 +23,30 @@ def test_the_key_changes_with_the_wheels_cuda_version_commit_and_path(monkeypatc
     assert all(d.startswith(cpp_build.cache_root()) and f"-{paddle.__version__}-" in d for d in (base, where))
 
 
-def test_each_piece_is_a_cc_file_and_an_edited_file_builds_elsewhere(tmp_path, monkeypatch):
-    for kind, (name, filename, _) in cpp_build.PIECES.items():
-        path = cpp_build.source_path(kind)
-        assert path == os.path.join(cpp_build.SOURCE_DIR, filename) and path.endswith(".cc")
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        assert cpp_build.piece(kind)[:2] == (name, text)
-        assert cpp_build.paths(kind)[0] == cpp_build.build_dir(kind, text)
+def test_each_piece_is_its_cc_files_joined_and_an_edited_file_builds_elsewhere(tmp_path, monkeypatch):
+    for kind, (name, files, _) in cpp_build.PIECES.items():
+        files = (files,) if isinstance(files, str) else files
+        paths = cpp_build.source_paths(kind)
+        assert paths == [os.path.join(cpp_build.SOURCE_DIR, f) for f in files] and all(p.endswith(".cc") for p in paths)
+        assert cpp_build.source_path(kind) == paths[0]
+        texts = []
+        for path in paths:
+            with open(path, encoding="utf-8") as f:
+                texts.append(f.read())
+        assert cpp_build.piece(kind)[:2] == (name, "\n".join(texts))
+        assert cpp_build.paths(kind)[0] == cpp_build.build_dir(kind, "\n".join(texts))
+    assert len(cpp_build.source_paths("fast_key")) == 2   # fast_key.cc, then fast_route.cc
     before = cpp_build.paths("fast_key")
-    with open(cpp_build.source_path("fast_key"), encoding="utf-8") as f:
-        edited = f.read() + "// an edit\n"
-    (tmp_path / "fast_key.cc").write_text(edited, encoding="utf-8")
+    for path in cpp_build.source_paths("fast_key"):
+        with open(path, encoding="utf-8") as f:
+            (tmp_path / os.path.basename(path)).write_text(f.read(), encoding="utf-8")
     (tmp_path / "gloo_ops.cc").write_text("// not read here\n", encoding="utf-8")
     monkeypatch.setattr(cpp_build, "SOURCE_DIR", str(tmp_path))
+    assert cpp_build.paths("fast_key") == (before[0], cpp_build.library_path("paddle_ext_fast_key", before[0]))
+    second = tmp_path / "fast_route.cc"   # an edit of the second file alone builds elsewhere too
+    second.write_text(second.read_text(encoding="utf-8") + "// an edit\n", encoding="utf-8")
     after = cpp_build.paths("fast_key")
-    assert after[0] != before[0] and after[0] == cpp_build.build_dir("fast_key", edited)
+    assert after[0] != before[0] and after[0] == cpp_build.build_dir("fast_key", cpp_build.piece("fast_key")[1])
 
 
 def test_a_missing_source_or_kind_says_what_to_do(tmp_path, monkeypatch):

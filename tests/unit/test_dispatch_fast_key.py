@@ -170,13 +170,16 @@ def test_unhashable_attribute_dispatches_uncached(compiled):
 def fresh_state(monkeypatch):
     """fast_key's state as before any call; restored (and the compiled key back) afterwards."""
     saved = dict(fast_key._STATE)
+    saved_entries = (fast_key.PLAN_OF[0], fast_key.ROUTE[0])
     fast_key._STATE.clear()
     fast_key._STATE["status"] = "not started"
-    fast_key.KEY[0] = None
+    fast_key._STATE["route_state"] = saved.get("route_state")   # bound once, at the dispatcher's import
+    fast_key.KEY[0] = fast_key.PLAN_OF[0] = fast_key.ROUTE[0] = None
     yield
     fast_key._STATE.clear()
     fast_key._STATE.update(saved)
     fast_key.KEY[0] = saved.get("fn") if not saved.get("python_key") else None
+    fast_key.PLAN_OF[0], fast_key.ROUTE[0] = saved_entries
 
 
 def test_off_by_environment(fresh_state, monkeypatch):
@@ -254,9 +257,10 @@ def test_first_use_builds_in_a_detached_process_and_loads_when_done(compiled, fr
         return fake(kind, log)
 
     monkeypatch.setattr(cpp_build, "_builder", slow_builder)
-    assert fast_key.start() == "building" and fast_key.KEY[0] is None
+    assert fast_key.start() == "building" and fast_key.KEY[0] is None and fast_key.ROUTE[0] is None
     release.set()
     assert fast_key.start(wait=True) == "ready" and fast_key.KEY[0] is not None
+    assert fast_key.ROUTE[0] is not None   # checked, and bound to the dispatcher's state
     assert calls == [cpp_build.paths("fast_key")[1]]
 
 

@@ -38,9 +38,10 @@ from ..version import require_paddle
 
 logger = logging.getLogger("paddle_ext.compat")
 
-#: kind -> (extension module name, source file in ``paddle_ext/csrc/``, what it is called in messages)
+#: kind -> (extension module name, source file in ``paddle_ext/csrc/`` -- or a tuple of files, joined in
+#: order into one translation unit --, what it is called in messages)
 PIECES = {
-    "fast_key": ("paddle_ext_fast_key", "fast_key.cc", "dispatch key"),
+    "fast_key": ("paddle_ext_fast_key", ("fast_key.cc", "fast_route.cc"), "dispatch key"),
     "gloo_ops": ("paddle_ext_gloo_ops", "gloo_ops.cc", "gloo ops"),
     "outside_mesh": ("paddle_ext_outside_mesh", "outside_mesh.cc", "ranks-outside-mesh device"),
     "cpu_collectives": ("paddle_ext_cpu_collectives", "cpu_collectives.cc", "CPU reduce_scatter and all_to_all"),
@@ -51,22 +52,30 @@ _FEATURE = "paddle-ext's C++ pieces"   # what require_paddle names when Paddle i
 _HARNESS_TAG = "PADDLE_EXT_HARNESS_TAG"   # paddle_ext.launcher's marker of its rank processes
 
 
-def source_path(kind: str) -> str:
-    """The C++ file of a piece: ``paddle_ext/csrc/<file>``."""
+def source_paths(kind: str) -> list[str]:
+    """The C++ files of a piece, in the order they are joined: ``paddle_ext/csrc/<file>``."""
     if kind not in PIECES:
         raise CompatError(f"no paddle-ext C++ piece {kind!r}; known: {', '.join(PIECES)}")
-    return os.path.join(SOURCE_DIR, PIECES[kind][1])
+    files = PIECES[kind][1]
+    return [os.path.join(SOURCE_DIR, f) for f in ((files,) if isinstance(files, str) else files)]
+
+
+def source_path(kind: str) -> str:
+    """The first (or only) C++ file of a piece."""
+    return source_paths(kind)[0]
 
 
 def piece(kind: str) -> tuple[str, str, str]:
-    """``(extension name, source text, what)`` of a piece; the text is read from its file."""
-    path = source_path(kind)
-    try:
-        with open(path, encoding="utf-8") as f:
-            source = f.read()
-    except OSError as exc:
-        raise CompatError(f"paddle-ext's C++ source {path} cannot be read ({exc}); reinstall paddle-ext "
-                          "(the wheel ships paddle_ext/csrc/*.cc)") from exc
+    """``(extension name, source text, what)`` of a piece; the text is its files' joined in order."""
+    texts = []
+    for path in source_paths(kind):
+        try:
+            with open(path, encoding="utf-8") as f:
+                texts.append(f.read())
+        except OSError as exc:
+            raise CompatError(f"paddle-ext's C++ source {path} cannot be read ({exc}); reinstall paddle-ext "
+                              "(the wheel ships paddle_ext/csrc/*.cc)") from exc
+    source = "\n".join(texts)
     name, _, what = PIECES[kind]
     return name, source, what
 

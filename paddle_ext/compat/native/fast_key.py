@@ -17,6 +17,16 @@ against a native add of ~40 us). ``fast_key(slots)`` reads the same facts from e
 lookup in one call; a step between two of Paddle's calls costs 3-4 times its own time on this
 VM, so one call instead of a Python function, a tuple of the attributes and a key tuple.
 
+``route(op, slots, attrs, run_local)`` (:data:`ROUTE`) is the dispatcher's entry in one call
+(:func:`paddle_ext.dispatch.core.dispatch`): in dygraph, grad on, an input that requires grad, a
+cached plan whose differentiable calls run Paddle's own op (``plan.by_paddle is True``), no route
+switch set and no audit active, it returns ``run_local(slots, None)``; every other call goes to
+the dispatcher's Python decision with ``plan_of``'s answer. It reads the dygraph tracer and the
+grad switch through Paddle's own C++ functions, and serves only after :func:`route_agrees` has
+checked those readings against Paddle's Python ones and the dispatcher has bound its state
+(:func:`bind_route`). Between two of Paddle's ops, the Python steps it replaces (the runtime, the
+tracer, the grad test, the route switch, a tuple per call) cost 0.2-1.6 us each.
+
 ``reshard_key(x, mesh, placements)`` (:data:`RESHARD_KEY`) is the reshard fast path's request key
 (:mod:`paddle_ext.reshard.fast`): ``bytes`` of the DistTensor's mesh (shape and process ids),
 global dims, dtype and placements, the target mesh's shape and process ids, the target placements
@@ -58,6 +68,9 @@ KEY: list = [None]        # the compiled ``fast_key`` once loaded; the dispatche
 #: the compiled ``plan_of(plans, op, attrs, slots)`` once loaded: the dispatcher's key and its lookup in one
 #: call, ``(plans.get((op, tuple(attrs.items()), layout)), layout, no_grad)``, None without a key
 PLAN_OF: list = [None]
+#: the compiled ``route(op, slots, attrs, run_local)`` once loaded, checked (:func:`route_agrees`) and bound
+#: (:func:`bind_route`); None meanwhile (the dispatcher decides every call in Python)
+ROUTE: list = [None]
 #: the compiled ``reshard_key(x, mesh, placements) -> bytes | None`` once loaded and checked (TypeError
 #: for a non-DistTensor); the reshard fast path reads RESHARD_KEY[0] per call and builds its Python key
 #: while it is None (or it answers None)
@@ -154,6 +167,8 @@ def _load() -> None:
     _STATE["reshard_fn"] = module.reshard_key if _target_types(module) else None
     GLOO_NATIVE[0] = module if all(hasattr(module, f) for f in NATIVE_FUNCTIONS) else None
     _STATE["same_mesh_fn"] = module.same_mesh if _STATE["reshard_fn"] is not None else None
+    _STATE["route_module"] = module if _route_checked(module) else None
+    _bind(module)
     if not _STATE.get("python_key"):
         KEY[0] = module.fast_key
         PLAN_OF[0] = module.plan_of
@@ -177,6 +192,55 @@ def _target_types(module) -> bool:
     return ok
 
 
+def bind_route(plans: dict, routes, all_routes, audits: list, decide) -> None:
+    """The dispatcher's state for :data:`ROUTE`: its plan cache, its route switch (a ContextVar) and
+    that switch's default, the list of active audits, and ``decide(op, slots, attrs, run_local,
+    found)``, its Python decision for every call the route does not run. Bound once, at import of
+    :mod:`paddle_ext.dispatch.core`; the route serves from then on (when loaded and checked)."""
+    _STATE["route_state"] = (plans, routes, all_routes, audits, decide)
+    _bind(_STATE.get("route_module"))
+
+
+def _bind(module) -> None:
+    state = _STATE.get("route_state")
+    if module is None or state is None:
+        return
+    module.set_route_state(*state)
+    _STATE["route"] = module.route
+    if not _STATE.get("python_key"):
+        ROUTE[0] = module.route
+
+
+def _route_checked(module) -> bool:
+    try:
+        ok = route_agrees(module, require_paddle("paddle_ext dispatch route"))
+    except (AttributeError, TypeError, ValueError, RuntimeError) as exc:   # another Paddle
+        ok, why = False, exc
+    else:
+        why = "the C++ reading of the dygraph tracer or the grad switch disagrees with Paddle's"
+    if not ok:
+        logger.warning("paddle-ext dispatch decides every route in Python: %s", why)
+    return ok
+
+
+def route_agrees(module, paddle) -> bool:
+    """``module.tracer_state()`` -- (a dygraph tracer is current, grad is on), read through Paddle's
+    C++ functions -- says what Paddle's Python says, with grad on and under ``paddle.no_grad()``
+    (in this thread: both are per thread). Outside dygraph the route finds no tracer and answers a
+    Lookup, so a misread there could only send a call to the Python path."""
+    core = paddle.base.core
+
+    def python_state():
+        return (paddle.in_dynamic_mode(), bool(core._has_grad()))
+
+    now = module.tracer_state() == python_state()
+    with paddle.no_grad():
+        off = module.tracer_state() == python_state()
+    with paddle.enable_grad():
+        on = module.tracer_state() == python_state()
+    return now and off and on and module.tracer_state() == python_state()
+
+
 def target_key_agrees(module, core) -> bool:
     """``module.target_key`` reads what Paddle's own getters read, on a 2-D mesh with a shard, a max
     partial and a replicate, and refuses an uninitialized mesh and a non-placement."""
@@ -197,12 +261,13 @@ def use(compiled: bool) -> None:
     their Python keys, ``use(True)`` the compiled ones (built now if needed)."""
     _STATE["python_key"] = not compiled
     if not compiled:
-        KEY[0] = PLAN_OF[0] = RESHARD_KEY[0] = SAME_MESH[0] = None
+        KEY[0] = PLAN_OF[0] = RESHARD_KEY[0] = SAME_MESH[0] = ROUTE[0] = None
         return
     start(wait=True)
     KEY[0] = _STATE.get("fn")
     PLAN_OF[0] = _STATE.get("plan_of")
     RESHARD_KEY[0] = _STATE.get("reshard_fn")
     SAME_MESH[0] = _STATE.get("same_mesh_fn")
+    ROUTE[0] = _STATE.get("route")
     if KEY[0] is None:
         raise CompatError(f"paddle-ext's compiled dispatch key is not available: {status()}")

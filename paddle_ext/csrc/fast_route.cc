@@ -1,0 +1,188 @@
+// paddle-ext: the dispatch fast path's route, and the module's per-call entry points.
+//
+// The second half of the piece "fast_key" (paddle_ext/compat/native/cpp_build.py joins fast_key.cc and
+// this file into one translation unit; it does not compile alone): the dispatcher's hot route in one
+// call (Route), and the module's functions and their table.
+
+// Paddle's thread-local dygraph state, as its own C++ functions read it (exported by libpaddle on the
+// Paddle versions paddle_ext/compat/version.py names; its headers are not in the wheel). The Itanium
+// names of `const std::shared_ptr<Tracer>& paddle::imperative::GetCurrentTracer()` (what
+// `core._switch_tracer` sets: None outside dygraph) and `bool paddle::imperative::Tracer::HasGrad() const`
+// (what `core._has_grad()` returns: False under `paddle.no_grad()`). fast_key.py checks both readings
+// against Paddle's Python ones before the dispatcher uses Route.
+const std::shared_ptr<void>& PaddleCurrentTracer() __asm__("_ZN6paddle10imperative16GetCurrentTracerEv");
+bool PaddleTracerHasGrad(const void* tracer) __asm__("_ZNK6paddle10imperative6Tracer7HasGradEv");
+
+namespace {
+
+PyObject* ByPaddleName() {
+  static PyObject* name = PyUnicode_InternFromString("by_paddle");
+  return name;
+}
+
+// (a dygraph tracer is current, grad is on) on this thread: what Route reads.
+py::object TracerState() {
+  const void* tracer = PaddleCurrentTracer().get();
+  return py::make_tuple(tracer != nullptr, PaddleTracerHasGrad(tracer));
+}
+
+// What Route reads besides its arguments, bound once by paddle_ext/dispatch/core.py (through
+// fast_key.bind_route): the plan cache (a dict), the route switch (a ContextVar) and its default,
+// the list of active audits, and the Python decision for every call Route does not run.
+struct RouteState {
+  PyObject* plans = nullptr;
+  PyObject* routes = nullptr;
+  PyObject* all_routes = nullptr;
+  PyObject* audits = nullptr;
+  PyObject* decide = nullptr;
+} g_route;
+
+void SetRouteState(py::handle plans, py::handle routes, py::handle all_routes, py::handle audits, py::handle decide) {
+  if (!PyDict_Check(plans.ptr()) || !PyContextVar_CheckExact(routes.ptr()) || !PyList_Check(audits.ptr()) ||
+      !PyCallable_Check(decide.ptr()))
+    throw py::type_error("paddle-ext set_route_state(plans: dict, routes: ContextVar, all_routes, audits: list, decide)");
+  for (PyObject** slot : {&g_route.plans, &g_route.routes, &g_route.all_routes, &g_route.audits, &g_route.decide})
+    Py_XDECREF(*slot);
+  g_route.plans = plans.inc_ref().ptr();
+  g_route.routes = routes.inc_ref().ptr();
+  g_route.all_routes = all_routes.inc_ref().ptr();
+  g_route.audits = audits.inc_ref().ptr();
+  g_route.decide = decide.inc_ref().ptr();
+}
+
+// True when the plan's differentiable calls run Paddle's own op (`plan.by_paddle is True`) and no
+// route switch is set (`routes.get() is all_routes`).
+bool ByPaddle(PyObject* plan) {
+  PyObject* by_paddle = PyObject_GetAttr(plan, ByPaddleName());
+  if (by_paddle == nullptr) throw py::error_already_set();
+  bool by = by_paddle == Py_True;
+  Py_DECREF(by_paddle);
+  if (!by) return false;
+  PyObject* chosen = nullptr;
+  if (PyContextVar_Get(g_route.routes, nullptr, &chosen) < 0) throw py::error_already_set();
+  bool all = chosen == g_route.all_routes;
+  Py_XDECREF(chosen);
+  return all;
+}
+
+// paddle_ext/dispatch/core.py's dispatch(op, slots, attrs, run_local), its most common answer taken here:
+// in dygraph, no audit active, a cached plan whose differentiable calls run Paddle's own op and no
+// route switch set, with grad on and an input that requires grad, the call is `run_local(slots, None)`.
+// Every other call is `decide(op, slots, attrs, run_local, found)`, where found is plan_of's answer
+// `(plan or None, layout, no_grad)`, False when the slots have no compiled key, None when Route did not
+// look (outside dygraph, attributes not a dict).
+py::object Route(PyObject* op, PyObject* slots, PyObject* attrs, PyObject* run_local) {
+  if (g_route.decide == nullptr) throw py::type_error("paddle-ext route: set_route_state was not called");
+  py::object looked = py::none();
+  const void* tracer = PaddleCurrentTracer().get();
+  if (tracer != nullptr && PyDict_CheckExact(attrs)) {
+    FoundPlan found = FindPlan(g_route.plans, op, attrs, slots);
+    if (found.layout.is_none()) {
+      looked = py::bool_(false);
+    } else {
+      if (!found.plan.is_none() && !found.no_grad && PyList_GET_SIZE(g_route.audits) == 0 &&
+          PaddleTracerHasGrad(tracer) && ByPaddle(found.plan.ptr())) {
+        PyObject* args[2] = {slots, Py_None};
+        PyObject* outs = PyObject_Vectorcall(run_local, args, 2, nullptr);
+        if (outs == nullptr) throw py::error_already_set();
+        return py::reinterpret_steal<py::object>(outs);
+      }
+      looked = py::make_tuple(found.plan, found.layout, found.no_grad);
+    }
+  }
+  PyObject* args[5] = {op, slots, attrs, run_local, looked.ptr()};
+  PyObject* outs = PyObject_Vectorcall(g_route.decide, args, 5, nullptr);
+  if (outs == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(outs);
+}
+
+// The per-call functions as plain CPython functions (METH_FASTCALL): pybind11's dispatcher (argument
+// records, overload resolution) costs about as much as the functions themselves, and these run on
+// every repeated dist.reshard and dispatched op.
+template <typename Call>
+PyObject* Guarded(Call&& call) {
+  try {
+    return call().release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (py::builtin_exception& e) {
+    e.set_error();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+bool Arity(Py_ssize_t nargs, Py_ssize_t want, const char* signature) {
+  if (nargs == want) return true;
+  PyErr_Format(PyExc_TypeError, "paddle-ext %s takes %zd arguments, got %zd", signature, want, nargs);
+  return false;
+}
+
+PyObject* FastKeyRaw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!Arity(nargs, 1, "fast_key(slots)")) return nullptr;
+  return Guarded([&] { return FastKey(args[0]); });
+}
+
+PyObject* ReshardKeyRaw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!Arity(nargs, 3, "reshard_key(x, mesh, placements)")) return nullptr;
+  return Guarded([&] { return ReshardKey(args[0], args[1], args[2]); });
+}
+
+PyObject* SameMeshRaw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!Arity(nargs, 2, "same_mesh(x, mesh)")) return nullptr;
+  return Guarded([&] { return SameMesh(args[0], args[1]); });
+}
+
+PyObject* PlanOfRaw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!Arity(nargs, 4, "plan_of(plans, op, attrs, slots)")) return nullptr;
+  return Guarded([&] { return PlanOf(args[0], args[1], args[2], args[3]); });
+}
+
+PyObject* FreeSlotRaw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!Arity(nargs, 1, "free_slot(slots)")) return nullptr;
+  return Guarded([&] { return py::reinterpret_steal<py::object>(PyLong_FromLong(FreeSlot(args[0]))); });
+}
+
+PyObject* RouteRaw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!Arity(nargs, 4, "route(op, slots, attrs, run_local)")) return nullptr;
+  return Guarded([&] { return Route(args[0], args[1], args[2], args[3]); });
+}
+
+PyObject* TracerStateRaw(PyObject*, PyObject* const*, Py_ssize_t nargs) {
+  if (!Arity(nargs, 0, "tracer_state()")) return nullptr;
+  return Guarded([&] { return TracerState(); });
+}
+
+PyMethodDef kRaw[] = {
+    {"fast_key", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&FastKeyRaw)), METH_FASTCALL,
+     "paddle-ext dispatch key of DistTensor slots: (bytes, no_grad) or None"},
+    {"reshard_key", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&ReshardKeyRaw)), METH_FASTCALL,
+     "paddle-ext reshard key of a request: bytes of the source, the target mesh and placements, stop_gradient"},
+    {"plan_of", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&PlanOfRaw)), METH_FASTCALL,
+     "paddle-ext dispatch lookup: (plans.get((op, attrs, layout)), layout, no_grad), or None without a key"},
+    {"same_mesh", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&SameMeshRaw)), METH_FASTCALL,
+     "paddle-ext: x is a DistTensor on a mesh equal to mesh (None when mesh is not a ProcessMesh)"},
+    {"free_slot", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&FreeSlotRaw)), METH_FASTCALL,
+     "index of an earlier result in the list that nothing else holds, or -1"},
+    {"route", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&RouteRaw)), METH_FASTCALL,
+     "paddle-ext dispatch(op, slots, attrs, run_local): its hot route here, every other call decided in Python"},
+    {"tracer_state", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&TracerStateRaw)), METH_FASTCALL,
+     "paddle-ext: (a dygraph tracer is current, grad is on), as route reads them"},
+};
+
+}  // namespace
+
+PYBIND11_MODULE(paddle_ext_fast_key, m) {
+  for (auto& def : kRaw) m.add_object(def.ml_name, py::reinterpret_steal<py::object>(PyCFunction_New(&def, nullptr)));
+  m.def("set_target_types", &SetTargetTypes,
+        "paddle-ext: Paddle's ProcessMesh, Shard, Partial and Replicate classes, for reshard_key's target half");
+  m.def("set_route_state", &SetRouteState,
+        "paddle-ext: what route reads (plans, routes ContextVar, its default, audits list, the Python decision)");
+  m.def("target_key", &TargetKey, "paddle-ext reshard key's target half: bytes of the mesh and placements, or None");
+  m.def("sole_owner", &SoleOwner, "True when no other tensor shares this dense tensor's memory");
+  m.def("all_gather_into", &AllGatherInto, "paddle-ext S(0) -> R on a gloo ring: all_gather local into out");
+  m.def("all_reduce_into", &AllReduceInto, "paddle-ext P -> R on a gloo ring: out = the reduction of every local");
+  m.def("gather_take", &GatherTake,
+        "paddle-ext S(0) -> S(dim) on a gloo ring: all_gather local into gathered, copy its block of dim into out");
+}
