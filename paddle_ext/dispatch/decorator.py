@@ -23,7 +23,50 @@ from typing import Callable
 
 from ..compat.ports.dispatch import ignore_in_dy2static
 from ..errors import ShardingRuleError
+from ..spmd.registry import REGISTRY
 from .core import DispatchError, dispatch, get_rule, has_dist
+
+
+class _Binder:
+    """A function's parameters, read once, to bind a call without ``inspect.Signature.bind``
+    (which costs tens of microseconds a call). Only for functions whose parameters are all
+    positional-or-keyword or keyword-only; any call it cannot bind plainly (too many positionals,
+    an unknown or repeated name, a missing argument) gets None, and ``Signature.bind`` then runs
+    and names the problem."""
+
+    def __init__(self, sig: inspect.Signature):
+        params = list(sig.parameters.values())
+        self.positional = tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD)
+        self.keyword = tuple(p.name for p in params if p.kind is p.KEYWORD_ONLY)
+        self.names = frozenset(self.positional + self.keyword)
+        self.defaults = tuple((p.name, p.default) for p in params if p.default is not p.empty)
+
+    @staticmethod
+    def of(sig: inspect.Signature) -> "_Binder | None":
+        plain = all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in sig.parameters.values())
+        return _Binder(sig) if plain else None
+
+    def bind(self, args: tuple, kwargs: dict) -> dict | None:
+        """Every parameter's value (defaults applied), or None."""
+        if len(args) > len(self.positional):
+            return None
+        values = dict(zip(self.positional, args))
+        for name, value in kwargs.items():   # (empty in most calls)
+            if name in values or name not in self.names:
+                return None
+            values[name] = value
+        for name, default in self.defaults:
+            if name not in values:
+                values[name] = default
+        return values if len(values) == len(self.names) else None
+
+    def call(self, fn: Callable, values: dict):
+        """``fn`` with ``values`` (every parameter's), positionals by position (no comprehension:
+        each makes a frame of its own on this Python)."""
+        args = map(values.__getitem__, self.positional)
+        if not self.keyword:
+            return fn(*args)
+        return fn(*args, **{n: values[n] for n in self.keyword})
 
 
 class SpmdOp:
@@ -35,6 +78,8 @@ class SpmdOp:
         self.fn = fn
         self.sig = inspect.signature(fn)
         self.wants_ctx = "spmd_ctx" in self.sig.parameters
+        self._binder = _Binder.of(self.sig)
+        self._rule_names = None   # (rule, its tensor names, its attribute names) while that rule is registered
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -49,6 +94,49 @@ class SpmdOp:
         return bound
 
     def __call__(self, *args, **kwargs):
+        values = self._binder.bind(args, kwargs) if self._binder is not None else None
+        names = self._names() if values is not None else None
+        if names is None:
+            return self._call_bound(args, kwargs)
+        tensor_names, attr_names = names
+        slots = list(map(values.__getitem__, tensor_names))   # every rule tensor is a parameter (_names)
+        binder = self._binder
+        if not has_dist(slots):
+            return binder.call(self.fn, values)
+        attrs = {}
+        for n in attr_names:
+            attrs[n] = _attr(values[n])
+
+        def run_local(local_slots, ctx):
+            given = values.copy()
+            given.update(zip(tensor_names, local_slots))
+            if self.wants_ctx:
+                given["spmd_ctx"] = ctx
+            return binder.call(self.fn, given)
+
+        return dispatch(self.rule_name, slots, attrs, run_local)
+
+    def _names(self):
+        """(the rule's tensor names, its attribute names in the function) for a plain call, or None:
+        no rule, or a rule tensor the function does not take (the general path raises). Read once
+        per registered rule object (a rule registered again is read again)."""
+        rule = REGISTRY.rules.get(self.rule_name)
+        cached = self._rule_names
+        if cached is not None and rule is not None and cached[0] is rule:
+            return cached[1:]
+        try:
+            rule = get_rule(self.rule_name)
+        except DispatchError:
+            return None
+        tensor_names = [p.name for p in rule.params if p.kind != "attr"]
+        if any(n not in self.sig.parameters for n in tensor_names):
+            return None
+        attr_names = tuple(p.name for p in rule.params if p.kind == "attr" and p.name in self.sig.parameters)
+        self._rule_names = (rule, tuple(tensor_names), attr_names)
+        return self._rule_names[1:]
+
+    def _call_bound(self, args, kwargs):
+        """The general call: ``inspect.Signature.bind`` and its errors, the rule looked up."""
         bound = self._bind(args, kwargs)
         rule = None
         tensor_names = []
