@@ -8,9 +8,16 @@ are timed interleaved, in blocks, in one run; each figure is the slower rank's. 
 outputs are checked to agree (global shape, placements, values). ``--write`` replaces the table
 in docs/dispatch.md.
 
+``--decorated`` times the same ops as functions decorated with ``@paddle_ext.spmd_op`` (the binding
+of the call, then the dispatch) against the same native calls.
+
 ``--key python`` times the dispatcher with its Python cache key instead of the compiled one
 (``paddle_ext.compat.native.fast_key``, the default when it builds here).
-    python tools/bench_dispatch.py [--calls 300] [--key compiled|python] [--nproc 1|2] [--write]
+    python tools/bench_dispatch.py [--calls 2000] [--rounds 40] [--key compiled|python] [--nproc 1|2] [--write]
+
+The defaults (2000 calls a figure, in 40 interleaved blocks) were 300 in 10 until 2026-12-07: this
+VM switches between a fast and a slow state for Paddle's small ops (softmax [8,1024] 26 or 47 us),
+and 30-call blocks let one state weigh on one side of a ratio.
 """
 from __future__ import annotations
 
@@ -56,7 +63,25 @@ def _same(op: str, a, b) -> None:
         raise AssertionError(f"{op}: native and dispatched values differ by {np.abs(full[0] - full[1]).max()}")
 
 
-def bench_rank(calls: int, key: str = "compiled", nproc: int = 2):
+def _decorated(pd, paddle):
+    """The same three ops as functions decorated with ``@paddle_ext.spmd_op`` (what a user writes
+    for a function of their own): the decorator binds the call, then dispatches it."""
+    @pd.spmd_op("add")
+    def add(x, y):
+        return paddle.add(x, y)
+
+    @pd.spmd_op("matmul")
+    def matmul(x, y):
+        return paddle.matmul(x, y)
+
+    @pd.spmd_op("softmax")
+    def softmax(x, axis=-1):
+        return paddle.nn.functional.softmax(x, axis)
+
+    return add, matmul, softmax
+
+
+def bench_rank(calls: int, key: str = "compiled", nproc: int = 2, rounds: int = 40, decorated: bool = False):
     import paddle.distributed as dist
     import paddle_ext
 
@@ -88,6 +113,11 @@ def bench_rank(calls: int, key: str = "compiled", nproc: int = 2):
                         lambda: pd.dispatch("softmax", [x], {"axis": -1},
                                             lambda t, c: paddle.nn.functional.softmax(t[0], -1))),
         }
+        if decorated:
+            d_add, d_matmul, d_softmax = _decorated(pd, paddle)
+            ops = {"add @spmd_op": (ops["add"][0], lambda: d_add(x, y)),
+                   "matmul @spmd_op": (ops["matmul"][0], lambda: d_matmul(x, w)),
+                   "softmax @spmd_op": (ops["softmax"][0], lambda: d_softmax(x, -1))}
         for name, (native, ours) in ops.items():
             for grad in (False, True):
                 for t in (x, y, w):
@@ -95,7 +125,7 @@ def bench_rank(calls: int, key: str = "compiled", nproc: int = 2):
                 _same(name, native(), ours())
                 if nproc > 1:
                     dist.barrier()
-                n_us, d_us = _medians_us(native, ours, calls)
+                n_us, d_us = _medians_us(native, ours, calls, rounds)
                 rows.append({"op": name, "shape": list(shape), "autograd": grad, "native_us": n_us,
                              "dispatch_us": d_us, "ratio": d_us / n_us})
     return rows
@@ -111,10 +141,13 @@ def table(rows) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calls", type=int, default=300)
+    ap.add_argument("--calls", type=int, default=2000, help="timed calls per figure")
+    ap.add_argument("--rounds", type=int, default=40, help="interleaved blocks the calls are split into")
     ap.add_argument("--key", choices=("compiled", "python"), default="compiled",
                     help="the dispatcher's cache key: compiled (C++, built on first use) or python")
     ap.add_argument("--nproc", type=int, choices=(1, 2), default=2, help="ranks (1: one process, no communication)")
+    ap.add_argument("--decorated", action="store_true",
+                    help="time functions decorated with @paddle_ext.spmd_op instead of dispatch() calls")
     ap.add_argument("--write", action="store_true", help="write the table into docs/dispatch.md")
     args = ap.parse_args(argv)
     if args.key == "compiled":
@@ -125,7 +158,8 @@ def main(argv=None) -> int:
     from paddle_ext.launcher import run_ranks
 
     import bench_dispatch as me
-    res = run_ranks(me.bench_rank, nproc=args.nproc, args=(args.calls, args.key, args.nproc), timeout=600)
+    res = run_ranks(me.bench_rank, nproc=args.nproc, args=(args.calls, args.key, args.nproc, args.rounds, args.decorated),
+                   timeout=600)
     rows = res[0]
     for other in res[1:]:   # the slower rank's figure: they run in lockstep
         for r, r1 in zip(rows, other):
@@ -136,13 +170,13 @@ def main(argv=None) -> int:
     ratios = [r["ratio"] for r in rows]
     load_after = os.getloadavg()
     summary = (f"median ratio {np.median(ratios):.2f}x, worst {max(ratios):.2f}x over {len(rows)} rows; "
-               f"{args.calls} calls per figure; {args.key} key; {args.nproc} rank(s); load average (1/5/15 min) before "
+               f"{args.calls} calls per figure in {args.rounds} blocks; {args.key} key; {args.nproc} rank(s); load average (1/5/15 min) before "
                f"{'/'.join(f'{v:.2f}' for v in load_before)}, after {'/'.join(f'{v:.2f}' for v in load_after)}")
     print(text)
     print(summary)
     if args.write:
-        if args.nproc != 2:
-            raise SystemExit("--write records the 2-rank table; run it without --nproc")
+        if args.nproc != 2 or args.decorated:
+            raise SystemExit("--write records the 2-rank table of dispatch() calls; run it without --nproc, --decorated")
         doc = open(DOC).read()
         block = f"<!-- bench:start -->\n{text}\n\n{summary}\n<!-- bench:end -->"
         doc = re.sub(r"<!-- bench:start -->.*?<!-- bench:end -->", block, doc, flags=re.S)

@@ -11,8 +11,11 @@ times its training step (forward, backward, AdamW step, the loss read back) as
 
 The modes are interleaved: every round runs each mode (in a rotating order) for one untimed
 warm-up step and ``--steps`` timed steps, each timed step started by a barrier so both ranks
-begin it together (paced). A step's time is the slower rank's; each figure is the median over
-the rounds. Before timing, the first step's loss of every mode that runs is checked to agree.
+begin it together (paced). A step's time is the slower rank's; each step figure (ms) is the
+median over the rounds. Each ratio is *paired*: per round, a mode's median step over the base
+mode's median step in the same round, then the median of those per-round ratios, with their
+interquartile range in brackets (the machine's speed drifts by more than the 3% a ratio is
+asked to show; a ratio within one round does not see that drift). Before timing, the first step's loss of every mode that runs is checked to agree.
 The load average is printed beside the figures; on a shared machine, run it alone (under the
 machine's CPU lock, if it has one):
 
@@ -117,11 +120,14 @@ def step_rank(plans, rounds: int, steps: int) -> dict:
     return {"times": times, "losses": losses, "errors": errors}
 
 
-def summarize(results, plans) -> list[dict]:
-    """Per plan: each mode's median step (ms, the slower rank per step) and the ratios."""
+def summarize(results, plans, rounds: int) -> list[dict]:
+    """Per plan: each mode's median step (ms, the slower rank per step) and its paired ratio to
+    the base mode (Paddle alone, else install()): the median and quartiles over the rounds of
+    (this round's median step of the mode / this round's median step of the base)."""
     rows = []
     for name in plans:
         row = {"plan": name, "alone_error": results[0]["errors"].get(name)}
+        per_round = {}
         for mode in MODES:
             per_rank = [res["times"].get((name, mode)) for res in results]
             if per_rank[0] is None:
@@ -130,10 +136,15 @@ def summarize(results, plans) -> list[dict]:
             slower = np.max(np.array(per_rank), axis=0)
             row[mode] = float(np.median(slower) * 1e3)
             row[mode + "_n"] = len(slower)
-        base = row["alone"] if row["alone"] is not None else row["install"]
-        row["install_ratio"] = row["install"] / base if row["alone"] is not None else None
-        row["enable_ratio"] = row["enable"] / base
+            per_round[mode] = np.median(slower.reshape(rounds, -1), axis=1)
         row["base"] = "alone" if row["alone"] is not None else "install"
+        for mode in ("install", "enable"):
+            if mode == row["base"]:
+                row[mode + "_ratio"] = None
+                continue
+            paired = per_round[mode] / per_round[row["base"]]
+            row[mode + "_ratio"] = float(np.median(paired))
+            row[mode + "_iqr"] = (float(np.percentile(paired, 25)), float(np.percentile(paired, 75)))
         rows.append(row)
     return rows
 
@@ -149,15 +160,20 @@ def check_losses(results, plans) -> None:
                     raise AssertionError(f"{name}: first-step loss {LABELS[mode]} {value} vs install() {ref}")
 
 
+def _ratio(row, mode: str) -> str:
+    low, high = row[mode + "_iqr"]
+    return f"{row[mode + '_ratio']:.3f}x [{low:.3f}-{high:.3f}]"
+
+
 def table(rows) -> str:
     lines = ["| plan | Paddle alone (ms) | install() (ms) | install()+enable() (ms) | install() / base | "
              "install()+enable() / base |", "|---|---|---|---|---|---|"]
     for r in rows:
         alone = f"{r['alone']:.1f}" if r["alone"] is not None else f"cannot ({r['alone_error']})"
         base = "Paddle alone" if r["base"] == "alone" else "install()"
-        inst = f"{r['install_ratio']:.3f}x" if r["install_ratio"] is not None else "(base)"
+        inst = _ratio(r, "install") if r["install_ratio"] is not None else "(base)"
         lines.append(f"| {r['plan']} | {alone} | {r['install']:.1f} | {r['enable']:.1f} | {inst} | "
-                     f"{r['enable_ratio']:.3f}x (base: {base}) |")
+                     f"{_ratio(r, 'enable')} (base: {base}) |")
     return "\n".join(lines)
 
 
@@ -176,10 +192,11 @@ def main(argv=None) -> int:
     results = run_ranks(me.step_rank, nproc=2, args=(tuple(args.plans), args.rounds, args.steps), timeout=900)
     load_after = os.getloadavg()
     check_losses(results, args.plans)
-    rows = summarize(results, args.plans)
+    rows = summarize(results, args.plans, args.rounds)
     text = table(rows)
     summary = (f"2 gloo ranks; median of {args.rounds} rounds x {args.steps} paced steps per mode (the slower "
-               f"rank's time per step), modes interleaved; first-step losses agree across modes; load average "
+               f"rank's time per step), modes interleaved; ratios paired per round: median [quartiles] over the "
+               f"rounds; first-step losses agree across modes; load average "
                f"(1/5/15 min) before {'/'.join(f'{v:.2f}' for v in load_before)}, after "
                f"{'/'.join(f'{v:.2f}' for v in load_after)}")
     print(text)

@@ -5,7 +5,8 @@
 // block), with SoleOwner and FreeSlot to tell when an earlier output may be written again: no Paddle op runs
 // between two collectives (paddle_ext/compat/ports/fast_tensor.py, NativeCall).
 //
-// Built by paddle_ext/compat/native/cpp_build.py (piece "fast_key") against the installed Paddle's
+// Built by paddle_ext/compat/native/cpp_build.py (piece "fast_key": this file, then fast_route.cc -- the
+// dispatcher's compiled entry and the module's table -- as one unit) against the installed Paddle's
 // headers; loaded by paddle_ext/compat/native/fast_key.py (which documents the key's contents).
 #include <Python.h>
 

@@ -43,8 +43,8 @@ all_gather into the output; an all_reduce out of place; an all_gather and the co
 block), so that no Paddle op runs between two collectives: on this VM such an op costs several
 times its own time.
 
-The C++ source is ``paddle_ext/csrc/fast_key.cc``. It is built with Paddle's ``cpp_extension``
-against the installed Paddle's headers, only on the Paddle versions :mod:`~paddle_ext.compat.version`
+The C++ source is ``paddle_ext/csrc/fast_key.cc`` and ``fast_route.cc``, joined into one unit. It is
+built with Paddle's ``cpp_extension`` against the installed Paddle's headers, only on the Paddle versions :mod:`~paddle_ext.compat.version`
 names (:mod:`paddle_ext.compat.native.cpp_build`; first use ~25 s, then cached).
 :func:`start` loads it when built and otherwise starts a detached builder process, so the first
 calls use the Python key and nothing waits.
