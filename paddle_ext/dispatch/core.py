@@ -204,21 +204,9 @@ def own_routes():
         _ROUTES.reset(token)
 
 
-_TENSOR_TYPE: list = []   # paddle.Tensor, read once (a dense call does not start the compiled key)
-
-
 def has_dist(slots) -> bool:
     """True when a slot holds a DistTensor (dygraph) or a dist value (``dist.to_static``)."""
-    if not _TENSOR_TYPE:
-        _TENSOR_TYPE.append(cd._paddle().Tensor)
-    tensor = _TENSOR_TYPE[0]
-    for t in slots:   # the common slots, plain Tensors or None, without the general test's calls
-        if t.__class__ is tensor:
-            if t.is_dist():
-                return True
-        elif t is not None:
-            return any(cd.is_dist(x) for x in flatten_slots(slots))
-    return False
+    return cd.any_dist(slots) or any(cd.any_dist(s) for s in slots if s.__class__ is list or s.__class__ is tuple)
 
 
 __all__ = ["Call", "DispatchError", "HandBack", "LocalCtx", "dispatch", "explain_call", "format_placements",

@@ -24,49 +24,8 @@ from typing import Callable
 from ..compat.ports.dispatch import ignore_in_dy2static
 from ..errors import ShardingRuleError
 from ..spmd.registry import REGISTRY
+from .binding import Binder
 from .core import DispatchError, dispatch, get_rule, has_dist
-
-
-class _Binder:
-    """A function's parameters, read once, to bind a call without ``inspect.Signature.bind``
-    (which costs tens of microseconds a call). Only for functions whose parameters are all
-    positional-or-keyword or keyword-only; any call it cannot bind plainly (too many positionals,
-    an unknown or repeated name, a missing argument) gets None, and ``Signature.bind`` then runs
-    and names the problem."""
-
-    def __init__(self, sig: inspect.Signature):
-        params = list(sig.parameters.values())
-        self.positional = tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD)
-        self.keyword = tuple(p.name for p in params if p.kind is p.KEYWORD_ONLY)
-        self.names = frozenset(self.positional + self.keyword)
-        self.defaults = tuple((p.name, p.default) for p in params if p.default is not p.empty)
-
-    @staticmethod
-    def of(sig: inspect.Signature) -> "_Binder | None":
-        plain = all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in sig.parameters.values())
-        return _Binder(sig) if plain else None
-
-    def bind(self, args: tuple, kwargs: dict) -> dict | None:
-        """Every parameter's value (defaults applied), or None."""
-        if len(args) > len(self.positional):
-            return None
-        values = dict(zip(self.positional, args))
-        for name, value in kwargs.items():   # (empty in most calls)
-            if name in values or name not in self.names:
-                return None
-            values[name] = value
-        for name, default in self.defaults:
-            if name not in values:
-                values[name] = default
-        return values if len(values) == len(self.names) else None
-
-    def call(self, fn: Callable, values: dict):
-        """``fn`` with ``values`` (every parameter's), positionals by position (no comprehension:
-        each makes a frame of its own on this Python)."""
-        args = map(values.__getitem__, self.positional)
-        if not self.keyword:
-            return fn(*args)
-        return fn(*args, **{n: values[n] for n in self.keyword})
 
 
 class SpmdOp:
@@ -78,7 +37,7 @@ class SpmdOp:
         self.fn = fn
         self.sig = inspect.signature(fn)
         self.wants_ctx = "spmd_ctx" in self.sig.parameters
-        self._binder = _Binder.of(self.sig)
+        self._binder = Binder.of(self.sig)
         self._rule_names = None   # (rule, its tensor names, its attribute names) while that rule is registered
         functools.update_wrapper(self, fn)
 

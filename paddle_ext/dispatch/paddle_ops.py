@@ -16,7 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from ..compat.ports.dispatch import is_dist, is_tensor
+from ..compat.ports.dispatch import any_dist, is_tensor
+from .binding import Binder
 from .core import HandBack, dispatch
 
 
@@ -336,19 +337,22 @@ def make_wrapper(op: PaddleOp, original: Callable) -> Callable:
         sig = inspect.signature(original)
     except (TypeError, ValueError):
         sig = None
+    binder = Binder.of(sig) if sig is not None else None
     names = op.tensors
 
     def wrapper(*args, **kwargs):
-        if not any(is_dist(v) for v in args) and not any(is_dist(v) for v in kwargs.values()):
+        if not any_dist(args) and not (kwargs and any_dist(kwargs.values())):
             return original(*args, **kwargs)
         if sig is None:
             return original(*args, **kwargs)
-        try:
-            bound = sig.bind(*args, **kwargs)
-        except TypeError:
-            return original(*args, **kwargs)   # Paddle reports the bad call itself
-        bound.apply_defaults()
-        a = bound.arguments
+        a = binder.bind(args, kwargs) if binder is not None else None
+        if a is None:   # Signature.bind, with Python's check of the call
+            try:
+                bound = sig.bind(*args, **kwargs)
+            except TypeError:
+                return original(*args, **kwargs)   # Paddle reports the bad call itself
+            bound.apply_defaults()
+            a = dict(bound.arguments)
         attrs = op.attrs(a)
         if attrs is None:
             return original(*args, **kwargs)
@@ -357,11 +361,14 @@ def make_wrapper(op: PaddleOp, original: Callable) -> Callable:
         def run_local(local_slots, ctx):
             if op.local is not None:
                 return op.local(original, a, local_slots, ctx)
-            b = sig.bind_partial()
-            b.arguments.update(a)
+            given = a.copy()
             for n, v in zip(names, local_slots):
                 if v is not None:
-                    b.arguments[n] = v
+                    given[n] = v
+            if binder is not None:
+                return binder.call(original, given)
+            b = sig.bind_partial()
+            b.arguments.update(given)
             return original(*b.args, **b.kwargs)
 
         try:

@@ -10,7 +10,7 @@ import paddle  # noqa: E402 - required: a broken install fails here, never skips
 dist = paddle.distributed
 
 import paddle_ext.dispatch as pd  # noqa: E402
-from paddle_ext.dispatch.decorator import _Binder  # noqa: E402
+from paddle_ext.dispatch.binding import Binder  # noqa: E402
 
 MESH = dist.ProcessMesh([0], dim_names=["x"])
 A = np.random.default_rng(3).standard_normal((4, 6)).astype("float32")
@@ -42,7 +42,7 @@ def _sharded():
 def test_a_decorated_call_gives_the_functions_own_result(fn, plain, call):
     args, kwargs = call
     import inspect
-    assert (_Binder.of(inspect.signature(fn)) is not None) == plain
+    assert (Binder.of(inspect.signature(fn)) is not None) == plain
     op = pd.spmd_op("softmax")(fn)
     if fn is _softmax_kw and args:   # axis is keyword-only there: Python refuses it by position, and so do we
         with pytest.raises(TypeError, match="positional"):
@@ -75,7 +75,7 @@ def test_a_call_the_function_refuses_is_a_named_error(args, kwargs, message):
 
 def test_the_binder_declines_what_it_cannot_bind_plainly():
     import inspect
-    b = _Binder.of(inspect.signature(_softmax))
+    b = Binder.of(inspect.signature(_softmax))
     assert b.bind(("x",), {}) == {"x": "x", "axis": -1}
     assert b.bind(("x",), {"axis": 1}) == {"x": "x", "axis": 1}
     assert b.bind((), {"x": "x"}) == {"x": "x", "axis": -1}

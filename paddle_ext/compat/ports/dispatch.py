@@ -73,6 +73,26 @@ def is_tensor(obj) -> bool:
     return isinstance(obj, paddle.pir.Value)
 
 
+_TENSOR_TYPE: list = []   # paddle.Tensor, read once
+_NEVER_DIST = frozenset((int, float, bool, str, type(None), list, tuple, dict))   # is_dist says False
+
+
+def any_dist(values) -> bool:
+    """``any(is_dist(v) for v in values)`` without a call per plain Tensor or Python value (a
+    patched Paddle function tests every call's arguments; a dense program must not pay for it)."""
+    if not _TENSOR_TYPE:
+        _TENSOR_TYPE.append(_paddle().Tensor)
+    tensor = _TENSOR_TYPE[0]
+    for v in values:
+        cls = v.__class__
+        if cls is tensor:
+            if v.is_dist():
+                return True
+        elif cls not in _NEVER_DIST and is_dist(v):
+            return True
+    return False
+
+
 def is_dist(obj) -> bool:
     """True for a dygraph DistTensor or a dist-typed PIR Value."""
     paddle = _paddle()
