@@ -206,7 +206,12 @@ def own_routes():
 
 def has_dist(slots) -> bool:
     """True when a slot holds a DistTensor (dygraph) or a dist value (``dist.to_static``)."""
-    return cd.any_dist(slots) or any(cd.any_dist(s) for s in slots if s.__class__ is list or s.__class__ is tuple)
+    if cd.any_dist(slots):
+        return True
+    for s in slots:   # a list slot: one level down
+        if (s.__class__ is list or s.__class__ is tuple) and cd.any_dist(s):
+            return True
+    return False
 
 
 __all__ = ["Call", "DispatchError", "HandBack", "LocalCtx", "dispatch", "explain_call", "format_placements",

@@ -64,14 +64,18 @@ class SpmdOp:
             return binder.call(self.fn, values)
         attrs = {}
         for n in attr_names:
-            attrs[n] = _attr(values[n])
+            v = values[n]
+            attrs[n] = tuple(v) if v.__class__ is list else v   # _attr, inline
+        fn, wants_ctx = self.fn, self.wants_ctx
 
         def run_local(local_slots, ctx):
+            if local_slots is slots and not wants_ctx:   # Paddle's op on the DistTensors as given
+                return binder.call(fn, values)
             given = values.copy()
             given.update(zip(tensor_names, local_slots))
-            if self.wants_ctx:
+            if wants_ctx:
                 given["spmd_ctx"] = ctx
-            return binder.call(self.fn, given)
+            return binder.call(fn, given)
 
         return dispatch(self.rule_name, slots, attrs, run_local)
 
@@ -82,7 +86,7 @@ class SpmdOp:
         rule = REGISTRY.rules.get(self.rule_name)
         cached = self._rule_names
         if cached is not None and rule is not None and cached[0] is rule:
-            return cached[1:]
+            return cached[1]
         try:
             rule = get_rule(self.rule_name)
         except DispatchError:
@@ -91,8 +95,8 @@ class SpmdOp:
         if any(n not in self.sig.parameters for n in tensor_names):
             return None
         attr_names = tuple(p.name for p in rule.params if p.kind == "attr" and p.name in self.sig.parameters)
-        self._rule_names = (rule, tuple(tensor_names), attr_names)
-        return self._rule_names[1:]
+        self._rule_names = (rule, (tuple(tensor_names), attr_names))
+        return self._rule_names[1]
 
     def _call_bound(self, args, kwargs):
         """The general call: ``inspect.Signature.bind`` and its errors, the rule looked up."""
