@@ -177,19 +177,29 @@ def _load() -> None:
     _STATE["status"] = "ready"
 
 
-def _target_types(module) -> bool:
-    """Register Paddle's target classes with ``module`` and check its reading of them."""
+def _checked(check, disagrees: str, otherwise: str) -> bool:
+    """``check()`` (does a compiled reading agree with Paddle's Python?); on False or an error from
+    another Paddle layout, a warning that says what serves instead (``otherwise``) and why."""
     try:
-        core = require_paddle("paddle_ext reshard key").base.core
-        module.set_target_types(core.ProcessMesh, core.Shard, core.Partial, core.Replicate)
-        ok = target_key_agrees(module, core)
+        ok = check()
     except (AttributeError, TypeError, ValueError, RuntimeError) as exc:   # another Paddle layout
         ok, why = False, exc
     else:
-        why = "the C++ reading of ProcessMesh and placements disagrees with Paddle's getters"
+        why = disagrees
     if not ok:
-        logger.warning("paddle-ext reshard fast path keeps its Python key: %s", why)
+        logger.warning("%s: %s", otherwise, why)
     return ok
+
+
+def _target_types(module) -> bool:
+    """Register Paddle's target classes with ``module`` and check its reading of them."""
+    def check():
+        core = require_paddle("paddle_ext reshard key").base.core
+        module.set_target_types(core.ProcessMesh, core.Shard, core.Partial, core.Replicate)
+        return target_key_agrees(module, core)
+
+    return _checked(check, "the C++ reading of ProcessMesh and placements disagrees with Paddle's getters",
+                    "paddle-ext reshard fast path keeps its Python key")
 
 
 def bind_route(plans: dict, routes, all_routes, audits: list, decide) -> None:
@@ -212,15 +222,9 @@ def _bind(module) -> None:
 
 
 def _route_checked(module) -> bool:
-    try:
-        ok = route_agrees(module, require_paddle("paddle_ext dispatch route"))
-    except (AttributeError, TypeError, ValueError, RuntimeError) as exc:   # another Paddle
-        ok, why = False, exc
-    else:
-        why = "the C++ reading of the dygraph tracer or the grad switch disagrees with Paddle's"
-    if not ok:
-        logger.warning("paddle-ext dispatch decides every route in Python: %s", why)
-    return ok
+    return _checked(lambda: route_agrees(module, require_paddle("paddle_ext dispatch route")),
+                    "the C++ reading of the dygraph tracer or the grad switch disagrees with Paddle's",
+                    "paddle-ext dispatch decides every route in Python")
 
 
 def route_agrees(module, paddle) -> bool:
