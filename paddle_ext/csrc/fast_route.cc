@@ -149,6 +149,15 @@ PyObject* RouteRaw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return Guarded([&] { return Route(args[0], args[1], args[2], args[3]); });
 }
 
+// None outside dygraph, else whether grad is on: the reshard fast path's two state tests in one call.
+PyObject* GradStateRaw(PyObject*, PyObject* const*, Py_ssize_t nargs) {
+  if (!Arity(nargs, 0, "grad_state()")) return nullptr;
+  const void* tracer = PaddleCurrentTracer().get();
+  PyObject* state = tracer == nullptr ? Py_None : (PaddleTracerHasGrad(tracer) ? Py_True : Py_False);
+  Py_INCREF(state);
+  return state;
+}
+
 PyObject* TracerStateRaw(PyObject*, PyObject* const*, Py_ssize_t nargs) {
   if (!Arity(nargs, 0, "tracer_state()")) return nullptr;
   return Guarded([&] { return TracerState(); });
@@ -167,6 +176,8 @@ PyMethodDef kRaw[] = {
      "index of an earlier result in the list that nothing else holds, or -1"},
     {"route", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&RouteRaw)), METH_FASTCALL,
      "paddle-ext dispatch(op, slots, attrs, run_local): its hot route here, every other call decided in Python"},
+    {"grad_state", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&GradStateRaw)), METH_FASTCALL,
+     "paddle-ext: None outside dygraph, else whether grad is on"},
     {"tracer_state", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&TracerStateRaw)), METH_FASTCALL,
      "paddle-ext: (a dygraph tracer is current, grad is on), as route reads them"},
 };

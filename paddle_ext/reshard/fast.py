@@ -155,7 +155,12 @@ def installed(original, check: bool, x, mesh, placements):
     compiled = o.compiled_key[0]
     if compiled is None or DEBUG[0]:
         return _installed(o, original, check, x, mesh, placements)
-    if not o.in_dygraph():
+    grad_state = o.compiled_grad_state[0]
+    if grad_state is None:   # not loaded: Paddle's two Python tests
+        grad = o.grad_enabled() if o.in_dygraph() else None
+    else:
+        grad = grad_state()   # None outside dygraph, else whether grad is on
+    if grad is None:
         return original(x, mesh, placements)
     dist = o.dist
     if dist.is_initialized():
@@ -172,7 +177,7 @@ def installed(original, check: bool, x, mesh, placements):
         return original(x, mesh, placements)
     if request is None:   # a target the compiled key does not read: the Python key and the full path
         return _installed(o, original, check, x, mesh, placements)
-    key = (True, request, o.grad_enabled(), backend, len(GROUPS))
+    key = (True, request, grad, backend, len(GROUPS))
     entry = _CACHE.get(key)
     if entry is TO_PADDLE:
         return original(x, mesh, placements if placements.__class__ is list else list(placements))

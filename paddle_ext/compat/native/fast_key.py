@@ -71,6 +71,10 @@ PLAN_OF: list = [None]
 #: the compiled ``route(op, slots, attrs, run_local)`` once loaded, checked (:func:`route_agrees`) and bound
 #: (:func:`bind_route`); None meanwhile (the dispatcher decides every call in Python)
 ROUTE: list = [None]
+#: the compiled ``grad_state()`` once loaded and checked with the route: None outside dygraph, else
+#: whether grad is on (``paddle.in_dynamic_mode()`` and ``core._has_grad()`` in one plain call; the
+#: reshard fast path's hand-back reads it per call)
+GRAD_STATE: list = [None]
 #: the compiled ``reshard_key(x, mesh, placements) -> bytes | None`` once loaded and checked (TypeError
 #: for a non-DistTensor); the reshard fast path reads RESHARD_KEY[0] per call and builds its Python key
 #: while it is None (or it answers None)
@@ -168,12 +172,14 @@ def _load() -> None:
     GLOO_NATIVE[0] = module if all(hasattr(module, f) for f in NATIVE_FUNCTIONS) else None
     _STATE["same_mesh_fn"] = module.same_mesh if _STATE["reshard_fn"] is not None else None
     _STATE["route_module"] = module if _route_checked(module) else None
+    _STATE["grad_state"] = module.grad_state if _STATE["route_module"] is not None else None
     _bind(module)
     if not _STATE.get("python_key"):
         KEY[0] = module.fast_key
         PLAN_OF[0] = module.plan_of
         RESHARD_KEY[0] = _STATE["reshard_fn"]
         SAME_MESH[0] = _STATE["same_mesh_fn"]
+        GRAD_STATE[0] = _STATE["grad_state"]
     _STATE["status"] = "ready"
 
 
@@ -265,7 +271,7 @@ def use(compiled: bool) -> None:
     their Python keys, ``use(True)`` the compiled ones (built now if needed)."""
     _STATE["python_key"] = not compiled
     if not compiled:
-        KEY[0] = PLAN_OF[0] = RESHARD_KEY[0] = SAME_MESH[0] = ROUTE[0] = None
+        KEY[0] = PLAN_OF[0] = RESHARD_KEY[0] = SAME_MESH[0] = ROUTE[0] = GRAD_STATE[0] = None
         return
     start(wait=True)
     KEY[0] = _STATE.get("fn")
@@ -273,5 +279,6 @@ def use(compiled: bool) -> None:
     RESHARD_KEY[0] = _STATE.get("reshard_fn")
     SAME_MESH[0] = _STATE.get("same_mesh_fn")
     ROUTE[0] = _STATE.get("route")
+    GRAD_STATE[0] = _STATE.get("grad_state")
     if KEY[0] is None:
         raise CompatError(f"paddle-ext's compiled dispatch key is not available: {status()}")

@@ -71,7 +71,7 @@ def _build():
                            in_dygraph=paddle.in_dynamic_mode, dist=paddle.distributed, paddle=paddle,
                            placements_text=attrgetter("_placements_str"), dtype_code=attrgetter("dtype.value"),
                            same_mesh=core.ProcessMesh.__eq__, compiled_key=fast_key.RESHARD_KEY,
-                           compiled_same_mesh=fast_key.SAME_MESH,
+                           compiled_same_mesh=fast_key.SAME_MESH, compiled_grad_state=fast_key.GRAD_STATE,
                            gloo_native=fast_key.GLOO_NATIVE, is_cpu=lambda t: t.place.is_cpu_place())
 
 
@@ -85,7 +85,9 @@ def ops() -> SimpleNamespace:
     ``same_mesh(a, b)`` (equal ranks and shape: the C++ compare, without ``ProcessMesh.__eq__``'s
     Python lists), ``compiled_same_mesh`` (a one-item list: the compiled
     :data:`~paddle_ext.compat.native.fast_key.SAME_MESH` once loaded, else None: the same compare
-    from a DistTensor and a mesh, without the tensor's Python mesh object), ``compiled_key`` (a one-item list: the compiled request key
+    from a DistTensor and a mesh, without the tensor's Python mesh object), ``compiled_grad_state`` (a
+one-item list: :data:`~paddle_ext.compat.native.fast_key.GRAD_STATE` once loaded, else None: None
+outside dygraph, else whether grad is on, in one call), ``compiled_key`` (a one-item list: the compiled request key
     :data:`~paddle_ext.compat.native.fast_key.RESHARD_KEY` once loaded, else None), ``gloo_native`` (a
     one-item list: the compiled module of :data:`~paddle_ext.compat.native.fast_key.GLOO_NATIVE`
     once loaded, else None),
