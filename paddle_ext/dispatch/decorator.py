@@ -24,8 +24,8 @@ from typing import Callable
 from ..compat.ports.dispatch import ignore_in_dy2static
 from ..errors import ShardingRuleError
 from ..spmd.registry import REGISTRY
-from .binding import Binder
 from .core import DispatchError, dispatch, get_rule, has_dist
+from .entry import make_entry
 
 
 class SpmdOp:
@@ -37,8 +37,7 @@ class SpmdOp:
         self.fn = fn
         self.sig = inspect.signature(fn)
         self.wants_ctx = "spmd_ctx" in self.sig.parameters
-        self._binder = Binder.of(self.sig)
-        self._rule_names = None   # (rule, its tensor names, its attribute names) while that rule is registered
+        self._rule_entry = None   # (rule, the entry generated for it) while that rule is registered
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -53,38 +52,24 @@ class SpmdOp:
         return bound
 
     def __call__(self, *args, **kwargs):
-        values = self._binder.bind(args, kwargs) if self._binder is not None else None
-        names = self._names() if values is not None else None
-        if names is None:
+        entry = self._entry()
+        if entry is None:
             return self._call_bound(args, kwargs)
-        tensor_names, attr_names = names
-        slots = list(map(values.__getitem__, tensor_names))   # every rule tensor is a parameter (_names)
-        binder = self._binder
-        if not has_dist(slots):
-            return binder.call(self.fn, values)
-        attrs = {}
-        for n in attr_names:
-            v = values[n]
-            attrs[n] = tuple(v) if v.__class__ is list else v   # _attr, inline
-        fn, wants_ctx = self.fn, self.wants_ctx
+        try:
+            return entry(*args, **kwargs)
+        except TypeError as exc:
+            if exc.__traceback__ is not None and exc.__traceback__.tb_next is None:
+                # raised by the call itself, before the entry ran: it does not fit the signature
+                return self._call_bound(args, kwargs)   # Signature.bind names the problem
+            raise
 
-        def run_local(local_slots, ctx):
-            if local_slots is slots and not wants_ctx:   # Paddle's op on the DistTensors as given
-                return binder.call(fn, values)
-            given = values.copy()
-            given.update(zip(tensor_names, local_slots))
-            if wants_ctx:
-                given["spmd_ctx"] = ctx
-            return binder.call(fn, given)
-
-        return dispatch(self.rule_name, slots, attrs, run_local)
-
-    def _names(self):
-        """(the rule's tensor names, its attribute names in the function) for a plain call, or None:
-        no rule, or a rule tensor the function does not take (the general path raises). Read once
-        per registered rule object (a rule registered again is read again)."""
+    def _entry(self):
+        """The generated entry for the registered rule (:mod:`.entry`), or None: no rule, a rule
+        tensor the function does not take, a signature that is not plain (the general path then
+        raises or serves). Made once per registered rule object (a rule registered again gets a
+        new one)."""
         rule = REGISTRY.rules.get(self.rule_name)
-        cached = self._rule_names
+        cached = self._rule_entry
         if cached is not None and rule is not None and cached[0] is rule:
             return cached[1]
         try:
@@ -92,11 +77,10 @@ class SpmdOp:
         except DispatchError:
             return None
         tensor_names = [p.name for p in rule.params if p.kind != "attr"]
-        if any(n not in self.sig.parameters for n in tensor_names):
-            return None
-        attr_names = tuple(p.name for p in rule.params if p.kind == "attr" and p.name in self.sig.parameters)
-        self._rule_names = (rule, (tuple(tensor_names), attr_names))
-        return self._rule_names[1]
+        attr_names = [p.name for p in rule.params if p.kind == "attr" and p.name in self.sig.parameters]
+        entry = make_entry(self.fn, self.sig, self.rule_name, tensor_names, attr_names, dispatch, has_dist)
+        self._rule_entry = (rule, entry)
+        return entry
 
     def _call_bound(self, args, kwargs):
         """The general call: ``inspect.Signature.bind`` and its errors, the rule looked up."""
