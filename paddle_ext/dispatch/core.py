@@ -208,8 +208,8 @@ def has_dist(slots) -> bool:
     """True when a slot holds a DistTensor (dygraph) or a dist value (``dist.to_static``)."""
     if cd.any_dist(slots):
         return True
-    for s in slots:   # a list slot: one level down
-        if (s.__class__ is list or s.__class__ is tuple) and cd.any_dist(s):
+    for s in slots:   # a list slot: one level down (as flatten_slots reads the slots)
+        if isinstance(s, (list, tuple)) and cd.any_dist(s):
             return True
     return False
 

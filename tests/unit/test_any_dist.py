@@ -33,3 +33,8 @@ def test_has_dist_looks_one_level_into_lists():
     assert has_dist([dense, [dense, sharded]]) and has_dist([(sharded,)]) and has_dist([None, sharded])
     assert not has_dist([dense, [dense], None, (dense,)])
     assert not has_dist([[[sharded]]])   # one level, as the slots of a rule are
+
+    class Pair(list):
+        pass
+
+    assert has_dist([dense, Pair([dense, sharded])]) and not has_dist([Pair([dense])])   # a list subclass too
