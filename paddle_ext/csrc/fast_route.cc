@@ -20,12 +20,6 @@ PyObject* ByPaddleName() {
   return name;
 }
 
-// (a dygraph tracer is current, grad is on) on this thread: what Route reads.
-py::object TracerState() {
-  const void* tracer = PaddleCurrentTracer().get();
-  return py::make_tuple(tracer != nullptr, PaddleTracerHasGrad(tracer));
-}
-
 // What Route reads besides its arguments, bound once by paddle_ext/dispatch/core.py (through
 // fast_key.bind_route): the plan cache (a dict), the route switch (a ContextVar) and its default,
 // the list of active audits, and the Python decision for every call Route does not run.
@@ -149,18 +143,14 @@ PyObject* RouteRaw(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return Guarded([&] { return Route(args[0], args[1], args[2], args[3]); });
 }
 
-// None outside dygraph, else whether grad is on: the reshard fast path's two state tests in one call.
+// None outside dygraph, else whether grad is on (on this thread): what Route reads, the reshard fast
+// path's two state tests in one call, and what fast_key.route_agrees checks.
 PyObject* GradStateRaw(PyObject*, PyObject* const*, Py_ssize_t nargs) {
   if (!Arity(nargs, 0, "grad_state()")) return nullptr;
   const void* tracer = PaddleCurrentTracer().get();
   PyObject* state = tracer == nullptr ? Py_None : (PaddleTracerHasGrad(tracer) ? Py_True : Py_False);
   Py_INCREF(state);
   return state;
-}
-
-PyObject* TracerStateRaw(PyObject*, PyObject* const*, Py_ssize_t nargs) {
-  if (!Arity(nargs, 0, "tracer_state()")) return nullptr;
-  return Guarded([&] { return TracerState(); });
 }
 
 PyMethodDef kRaw[] = {
@@ -178,8 +168,6 @@ PyMethodDef kRaw[] = {
      "paddle-ext dispatch(op, slots, attrs, run_local): its hot route here, every other call decided in Python"},
     {"grad_state", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&GradStateRaw)), METH_FASTCALL,
      "paddle-ext: None outside dygraph, else whether grad is on"},
-    {"tracer_state", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&TracerStateRaw)), METH_FASTCALL,
-     "paddle-ext: (a dygraph tracer is current, grad is on), as route reads them"},
 };
 
 }  // namespace

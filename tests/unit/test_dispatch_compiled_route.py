@@ -60,23 +60,23 @@ def _add(t, ctx):
     return paddle.add(t[0], t[1])
 
 
-def test_tracer_state_reads_what_paddle_says(module):
-    assert module.tracer_state() == (True, True)
+def test_grad_state_reads_what_paddle_says(module):
+    assert module.grad_state() is True
     with paddle.no_grad():
-        assert module.tracer_state() == (True, False)
+        assert module.grad_state() is False
         with paddle.enable_grad():
-            assert module.tracer_state() == (True, True)
+            assert module.grad_state() is True
     with paddle.base.framework._dygraph_guard(None):
-        assert module.tracer_state()[0] is False and not paddle.in_dynamic_mode()
-    assert module.tracer_state() == (True, True)
+        assert module.grad_state() is None and not paddle.in_dynamic_mode()
+    assert module.grad_state() is True
     assert fast_key.route_agrees(module, paddle)
 
 
 def test_a_module_that_misreads_the_grad_switch_is_not_used(caplog):
     class Misreads:
         @staticmethod
-        def tracer_state():
-            return (True, True)   # says grad is on under paddle.no_grad() too
+        def grad_state():
+            return True   # says grad is on under paddle.no_grad() too
 
     assert not fast_key.route_agrees(Misreads, paddle)
     with caplog.at_level(logging.WARNING, logger="paddle_ext.dispatch"):

@@ -71,7 +71,7 @@ PLAN_OF: list = [None]
 #: the compiled ``route(op, slots, attrs, run_local)`` once loaded, checked (:func:`route_agrees`) and bound
 #: (:func:`bind_route`); None meanwhile (the dispatcher decides every call in Python)
 ROUTE: list = [None]
-#: the compiled ``grad_state()`` once loaded and checked with the route: None outside dygraph, else
+#: the compiled ``grad_state()`` once loaded and checked (:func:`route_agrees`): None outside dygraph, else
 #: whether grad is on (``paddle.in_dynamic_mode()`` and ``core._has_grad()`` in one plain call; the
 #: reshard fast path's hand-back reads it per call)
 GRAD_STATE: list = [None]
@@ -234,21 +234,22 @@ def _route_checked(module) -> bool:
 
 
 def route_agrees(module, paddle) -> bool:
-    """``module.tracer_state()`` -- (a dygraph tracer is current, grad is on), read through Paddle's
-    C++ functions -- says what Paddle's Python says, with grad on and under ``paddle.no_grad()``
-    (in this thread: both are per thread). Outside dygraph the route finds no tracer and answers a
-    Lookup, so a misread there could only send a call to the Python path."""
+    """``module.grad_state()`` -- None outside dygraph, else whether grad is on, read through
+    Paddle's C++ functions -- says what Paddle's Python says, with grad on and under
+    ``paddle.no_grad()`` (in this thread: both are per thread). Outside dygraph the route finds no
+    tracer and gives the call to the Python decision, so a misread there could only send a call to
+    the Python path."""
     core = paddle.base.core
 
-    def python_state():
-        return (paddle.in_dynamic_mode(), bool(core._has_grad()))
+    def agrees():
+        return module.grad_state() == (bool(core._has_grad()) if paddle.in_dynamic_mode() else None)
 
-    now = module.tracer_state() == python_state()
+    now = agrees()
     with paddle.no_grad():
-        off = module.tracer_state() == python_state()
+        off = agrees()
     with paddle.enable_grad():
-        on = module.tracer_state() == python_state()
-    return now and off and on and module.tracer_state() == python_state()
+        on = agrees()
+    return now and off and on and agrees()
 
 
 def target_key_agrees(module, core) -> bool:

@@ -86,8 +86,8 @@ def ops() -> SimpleNamespace:
     Python lists), ``compiled_same_mesh`` (a one-item list: the compiled
     :data:`~paddle_ext.compat.native.fast_key.SAME_MESH` once loaded, else None: the same compare
     from a DistTensor and a mesh, without the tensor's Python mesh object), ``compiled_grad_state`` (a
-one-item list: :data:`~paddle_ext.compat.native.fast_key.GRAD_STATE` once loaded, else None: None
-outside dygraph, else whether grad is on, in one call), ``compiled_key`` (a one-item list: the compiled request key
+    one-item list: :data:`~paddle_ext.compat.native.fast_key.GRAD_STATE` once loaded, else None: None
+    outside dygraph, else whether grad is on, in one call), ``compiled_key`` (a one-item list: the compiled request key
     :data:`~paddle_ext.compat.native.fast_key.RESHARD_KEY` once loaded, else None), ``gloo_native`` (a
     one-item list: the compiled module of :data:`~paddle_ext.compat.native.fast_key.GLOO_NATIVE`
     once loaded, else None),
