@@ -48,6 +48,8 @@ class Simulation:
         self._stage_tables(costs, stage_costs)
         self.lat = check_latency(comm_latency)
         self.early = recv == "early"
+        # a rendezvous transport: a non-blocking send's data leaves once its receive is posted
+        self.rendezvous = recv == "rendezvous"
         self.pair_slot = None if overlap == "off" else (max if overlap == "max" else _add)
         size = self.n_stages * self.n_mb
         self.f_end: List[Optional[float]] = [None] * size  # F(s, mb) finished (on its rank)
@@ -194,7 +196,7 @@ class Simulation:
             if finished is None:
                 self.starts[ri][p] = t
             return finished
-        self.arrived[key] = there = t + self.lat
+        self.arrived[key] = there = t if self.rendezvous else t + self.lat
         if self.early:
             self.data_there(key, there)
         elif self.waiting and key in self.waiting:
@@ -222,6 +224,8 @@ class Simulation:
             return None
         if there > t:
             t = there
+        if self.rendezvous:  # the data leaves the sender now: the later of the two posts
+            t += self.lat
         (self.got_f if k is RECV_F else self.got_b)[key[1]] = t  # data_there, inline
         if self.waiting and key in self.waiting:
             self.work.extend(self.waiting.pop(key))

@@ -17,8 +17,9 @@ __all__ = ["Costs", "SimulationResult", "build_result", "coerce_costs", "check_l
            "OVERLAP_MODELS"]
 
 KF, KB, KI, KW = Kind.F, Kind.B, Kind.I, Kind.W
-#: how a receive behaves: it blocks where it sits, or it is posted early and waited at first use
-RECV_MODELS = ("blocking", "early")
+#: how a receive behaves: it blocks where it sits, or it is posted early and waited at first use, or it
+#: blocks and its data leaves the sender only once it is posted (simulate_schedule's docstring)
+RECV_MODELS = ("blocking", "early", "rendezvous")
 #: how a marked F&B pair is timed: one slot of max(F, B), one slot of F + B, or two actions
 OVERLAP_MODELS = ("max", "sum", "off")
 

@@ -13,11 +13,17 @@ Model (all pure Python, no devices):
   rank's own ``RECV``. With ``blocking_sends=True`` (default, like gloo) a send and its receive
   are a rendezvous: both wait until the other is posted; the sender is released at the meeting
   time, the receiver ``comm_latency`` later. With ``blocking_sends=False`` a send never waits.
-* Two runtime models for a receive (``recv``): ``"blocking"`` (default, and what torch's step
+* Three runtime models for a receive (``recv``): ``"blocking"`` (default, and what torch's step
   simulator does) runs it where it sits, the rank waiting until the data is there; ``"early"``
   posts it where it sits without waiting (as torch's runtime posts an ``irecv``) and the compute
   that needs the data waits for it. With blocking sends an early-posted receive still meets its
   send: the sender is released when both are posted, the data lands ``comm_latency`` later.
+  ``"rendezvous"`` is a blocking receive over a transport whose data leaves the sender only once
+  the receive is posted (gloo's TCP pairs: a send that finds no posted receive only announces
+  itself, and the data follows the receiver's ready note): with ``blocking_sends=False`` the
+  sender still never waits, but the data lands ``comm_latency`` after the *later* of the send and
+  the receive, so a receive posted long after its send still pays the latency. (With blocking
+  sends every receive already meets its send that way.)
 * Overlapped F&B pairs (an ``OVERLAP_F_B`` mark before two actions, as in DualPipe; see
   :mod:`~paddle_ext.passes.schedule_ir`) with ``overlap="max"`` (default) or ``"sum"`` start
   together once both inputs are there and both end one slot later, the slot lasting ``max(F, B)``
@@ -76,7 +82,7 @@ def simulate_schedule(schedule: Mapping[int, Sequence[Optional[Action]]], costs:
                       extra: Optional[Mapping[int, Sequence[float]]] = None) -> SimulationResult:
     """Simulate ``schedule`` (compute-only or lowered) and return its :class:`SimulationResult`.
 
-    ``recv`` (``"blocking"`` or ``"early"``) and ``overlap`` (``"max"``, ``"sum"`` or ``"off"``)
+    ``recv`` (``"blocking"``, ``"early"`` or ``"rendezvous"``) and ``overlap`` (``"max"``, ``"sum"`` or ``"off"``)
     choose the runtime model (module docstring); ``recv`` only matters for a lowered schedule.
 
     ``costs`` is a :class:`Costs` or a dict like ``{"F": 1, "I": 1, "W": 1, "B": 2}``;
@@ -84,7 +90,7 @@ def simulate_schedule(schedule: Mapping[int, Sequence[Optional[Action]]], costs:
     ``activation_bytes`` is the size of one activation, for all stages or per stage.
     ``extra`` optionally maps a rank to the time each of its actions (idle slots not counted)
     spends before it starts, whatever it waits for: a runtime's fixed cost per job, or a
-    message's cost on a send or receive (:func:`paddle_ext.passes.static.job_model.simulate_static`
+    message's cost on a send (:func:`paddle_ext.passes.static.job_model.simulate_static`
     fills it for the static Engine).
     The schedule is validated first (:func:`~paddle_ext.passes.validate.check_structure`).
 

@@ -2,11 +2,17 @@
 
 The static Engine runs a rank's plan as a list of jobs (:mod:`.jobs`, merged by :mod:`.merge`),
 each a sub-program the executor sets up and runs; paddle-ext's gloo send returns once its message
-is queued, a receive blocks until the data is there. :func:`simulate_static` simulates exactly
-that: the schedule lowered with :func:`~paddle_ext.passes.lowering.add_send_recv`, non-blocking
-sends, blocking receives, and before each action the time the runtime spends on it besides the
-compute (:class:`StaticCosts`): ``job`` once per job (an action that starts a job, merged or
-not) and ``message`` per send or receive. Paddle's own passes (FThenB, 1F1B, VPP) run sends
+is queued, a receive blocks until the data is there, and the data leaves the sender only once
+the receive is posted (gloo's TCP pairs: a send that finds no posted receive only announces
+itself; the sender's I/O thread writes the data when the receiver's ready note comes). So a
+receive posted long after its send still pays the hand-off latency, and a schedule pays it once
+per receive it runs. :func:`simulate_static` simulates exactly that: the schedule lowered with
+:func:`~paddle_ext.passes.lowering.add_send_recv`, non-blocking sends, ``"rendezvous"``
+receives (:func:`~paddle_ext.passes.simulate.simulate_schedule`: the data lands ``latency`` after
+the later of the send and the receive), and before each action the time the runtime spends on
+it besides the compute (:class:`StaticCosts`): ``job`` once per job (an action that starts a
+job, merged or not) and ``message`` per send (a receive's own work is inside ``latency``, as the
+profile measures it: from the later of the two posts to the end of the receive). Paddle's own passes (FThenB, 1F1B, VPP) run sends
 and receives inside their forward and backward jobs, each receive right before its compute and
 each send right after it, except that Paddle's VPP runs a backward's ``send_backward`` job after
 the next forward's ``recv_forward`` job: ``paddle_pass=True`` times them that way
@@ -40,6 +46,7 @@ from paddle_ext.passes.static.merge import alone_types, groups
 __all__ = ["PADDLE_PASSES", "StaticCosts", "simulate_static", "action_jobs", "paddle_job_order"]
 
 COMM = (Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B)
+SENDS = (Kind.SEND_F, Kind.SEND_B)
 #: the schedule_modes Paddle's own PIR pipeline passes run (and that work with the gloo backend):
 #: their messages run inside the compute jobs (``simulate_static(paddle_pass=True)``);
 #: paddle-ext's versions of them are registered as ``IR_<name>``
@@ -50,8 +57,8 @@ PADDLE_PASSES = ("FThenB", "1F1B", "VPP")
 class StaticCosts:
     """Per-stage compute (``forward``, ``backward_input``, ``backward_weight``; a full backward
     costs their sum unless ``full_backward`` is given) and the runtime's costs: ``job`` per job
-    the executor runs, ``message`` per send or receive (the copy and hand-off, not the wait),
-    ``latency`` from a send to its data on the other rank.
+    the executor runs, ``message`` per send (the copy and hand-off to the send thread),
+    ``latency`` from the later of a send and its receive being posted to the end of the receive.
     Any unit; :func:`simulate_static` returns makespans in it."""
 
     forward: float
@@ -132,7 +139,7 @@ def _extra(name: str, lowered, rank: int, n_chunks: int, split: bool, costs: Sta
     per_action = action_jobs(name, lowered, rank, n_chunks, split)
     actions = [a for a in lowered[rank] if a is not None]
     flat = [(t, a.microbatch, i) for i, (types, a) in enumerate(zip(per_action, actions)) for t in types]
-    extra = [costs.message if a.kind in COMM else 0.0 for a in actions]
+    extra = [costs.message if a.kind in SENDS else 0.0 for a in actions]
     if paddle_pass:  # one job per compute action; messages inside it (VPP: recv_forward, send_backward alone)
         alone = (Kind.RECV_F, Kind.SEND_B) if name == "VPP" else ()
         starts = [i for i, a in enumerate(actions) if a.kind not in COMM or a.kind in alone for _ in per_action[i]]
@@ -160,4 +167,4 @@ def simulate_static(name: str, pp_degree: int, n_microbatches: int, n_chunks: Op
     extra: Dict[int, List[float]] = {r: _extra(info.name, lowered, r, chunks, split, costs, merge, paddle_pass)
                                      for r in lowered}
     return simulate_schedule(lowered, costs.compute(), comm_latency=costs.latency, blocking_sends=False,
-                             recv="blocking", extra=extra, stage_costs=stage_costs)
+                             recv="rendezvous", extra=extra, stage_costs=stage_costs)

@@ -55,11 +55,30 @@ def test_a_message_without_its_compute_is_refused():
 
 
 def test_fthenb_as_paddle_runs_it_by_hand():
-    # 2 ranks, 2 micro-batches, F = 1, full B = 2, latency 0.5, sends do not block:
-    # rank 1 gets F0 at 1.5 and F1 at 2.5, runs F0 1.5-2.5, F1 2.5-3.5, B0 3.5-5.5, B1 5.5-7.5;
-    # rank 0 gets B0's gradient at 6.0 and B1's at 8.0: B0 6-8, B1 8-10
+    # 2 ranks, 2 micro-batches, F = 1, full B = 2, latency 0.5, sends do not block, and a message's
+    # data leaves when both its send and its receive are posted (gloo's rendezvous):
+    # rank 1 posts F0's receive at 0, F0 is sent at 1: there at 1.5, F0 1.5-2.5; F1 was sent at 2,
+    # its receive is posted at 2.5: there at 3.0 (not 2.5), F1 3-4, B0 4-6, B1 6-8;
+    # rank 0 posted B0's receive at 2, B0 sent at 6: there at 6.5, B0 6.5-8.5; B1 was sent at 8,
+    # its receive is posted at 8.5: there at 9.0, B1 9-11
     costs = StaticCosts(1, 1, 1, latency=0.5, full_backward=2)
-    assert simulate_static("FThenB", 2, 2, costs=costs, paddle_pass=True).makespan == 10.0
+    result = simulate_static("FThenB", 2, 2, costs=costs, paddle_pass=True)
+    assert result.makespan == 11.0 and result.recv == "rendezvous"
+    first_b = next(i for i, a in enumerate(result.actions[0]) if a.kind is Kind.B)
+    assert (result.starts[0][first_b], result.ends[0][-1]) == (6.5, 11.0)
+
+
+def test_a_receive_posted_after_its_send_pays_the_latency():
+    # a message's latency counts from the later of the two posts: costs at the receive, not at the
+    # send, when the receiver comes late. Only the receive's latency differs between the models
+    from paddle_ext.passes import simulate_schedule
+
+    _, lowered, _ = rank_schedule("FThenB", 2, 4)
+    for latency in (0.0, 0.5):
+        eager = simulate_schedule(lowered, Costs(1, 1, 1), comm_latency=latency, blocking_sends=False)
+        rendezvous = simulate_schedule(lowered, Costs(1, 1, 1), comm_latency=latency, blocking_sends=False,
+                                       recv="rendezvous")
+        assert (rendezvous.makespan == eager.makespan) if latency == 0 else (rendezvous.makespan > eager.makespan)
 
 
 def test_a_schedule_without_the_split_pays_the_full_backward():
