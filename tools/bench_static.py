@@ -1,7 +1,7 @@
 """Static-Engine step time per pipeline schedule on 2 CPU ranks, as ratios to FThenB, beside
 the simulator's prediction for the same schedule.
 
-    python tools/bench_static.py [--hidden 256] [--acc 8] [--steps 6] [--rounds 1] [--unit] [--markdown]
+    python tools/bench_static.py [--hidden 256] [--acc 8] [--rows 4] [--steps 6] [--rounds 1] [--unit] [--markdown]
                                  [--binding process|compute|both|none] [--sched] [--unfused]
 
 One launch trains a 4-block MLP (2 stages; VPP and ZB-V put 1 block per chunk) under each
@@ -24,6 +24,10 @@ R`` the launch runs R times and each schedule keeps its fastest round (the machi
 only ever adds time); the table also gives each schedule's step over FThenB's within each launch,
 as the median and range over the R launches (how far one launch's ratio can be trusted).
 IR_VPP, paddle-ext's lowering of VPP's order, is measured beside Paddle's VPP pass.
+``--rows`` is a micro-batch's rows (4 by default, as every pass before the seventh measured):
+with 4 rows each job is bound by reading its block's weight, so its time depends on what ran
+before it on the core; with 32 or more the matmuls' arithmetic dominates (docs/static_engine.md,
+"Seventh pass").
 
 The prediction is :func:`paddle_ext.passes.static.job_model.simulate_static`'s makespan over
 FThenB's: the schedule as the Engine runs it (jobs merged as the pass merges them, Paddle's own
@@ -240,7 +244,7 @@ def measure(args) -> dict:
     from static_profile import MALLOC_ENV
 
     cfgs = [{"schedule": mode.split()[0], "layer_meshes": meshes, "acc": args.acc, "steps": args.steps,
-             "vpp": chunks, "hidden": args.hidden, "batch": 4 * args.acc, **({"fuse_grad_merge": False}
+             "vpp": chunks, "hidden": args.hidden, "batch": args.rows * args.acc, **({"fuse_grad_merge": False}
                                                                              if mode.endswith(" unfused") else {})}
             for mode, _, meshes, chunks in plans(args)]
     env = None if args.glibc_default else MALLOC_ENV
@@ -311,7 +315,8 @@ def _profiles(args) -> dict:
         if args.unit:
             out[binding] = None
             continue
-        prof = run_profile(args.hidden, args.acc, env=None if args.glibc_default else MALLOC_ENV, binding=binding)
+        prof = run_profile(args.hidden, args.acc, env=None if args.glibc_default else MALLOC_ENV, binding=binding,
+                           rows=args.rows)
         blocks = ", ".join(f"{b}: " + "/".join(f"{x:.3f}" for x in fiw) for b, fiw in sorted(prof["blocks"].items()))
         print(f"profile, {binding} binding (ms): job {prof['job']:.3f}, send {prof['message']:.3f}, latency "
               f"{prof['latency']:.3f} (mean hand-off; median {prof['latency_median']:.3f} when the receive waits), "
@@ -353,6 +358,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--acc", type=int, default=8, help="micro-batches per step")
+    parser.add_argument("--rows", type=int, default=4, help="rows per micro-batch (the batch is rows x acc)")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=1, help="launches; each schedule keeps its fastest")
     parser.add_argument("--interleave", action="store_true",
@@ -370,13 +376,15 @@ def main(argv=None) -> int:
                              "buffer by a separate add_ (bw_split.FUSE_GRAD_MERGE off), as before the addmm_")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = parser.parse_args(argv)
+    if args.rows < 1 or args.acc < 1:
+        parser.error(f"--rows {args.rows} and --acc {args.acc} must be at least 1")
     if args.unfused and not args.interleave:
         parser.error("--unfused needs --interleave (the flag is set in the ranks before each model is built)")
 
     start_load = os.getloadavg()
     profiles = _profiles(args)
     times = measure(args)
-    print(f"2 ranks, 4-block MLP hidden {args.hidden}, {args.acc} micro-batches, median of steps 2..{args.steps}, "
+    print(f"2 ranks, 4-block MLP hidden {args.hidden}, {args.acc} micro-batches of {args.rows} rows, median of steps 2..{args.steps}, "
           f"fastest of {args.rounds} round(s){', schedules interleaved step by step' if args.interleave else ''}"
           f"{', glibc default malloc' if args.glibc_default else ', MALLOC_ENV'}; simulated with "
           f"{'unit' if args.unit else 'profiled'} costs; load average (1 min) {start_load[0]:.2f} at the start, "

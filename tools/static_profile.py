@@ -129,14 +129,16 @@ def stage_costs(blocks: dict, layer_meshes, chunks: int) -> dict:
 PIN = {"compute": "compute", "process": True, "none": False}
 
 
-def profile(hidden: int, acc: int, steps: int = 10, timeout: int = 600, env=None, binding: str = "process") -> dict:
-    """Launch the profile (module doc), the ranks' environment plus ``env``, each rank bound
-    as ``binding`` says (:data:`PIN`), and return :func:`costs_from`'s figures."""
+def profile(hidden: int, acc: int, steps: int = 10, timeout: int = 600, env=None, binding: str = "process",
+            rows: int = 4) -> dict:
+    """Launch the profile (module doc), ``acc`` micro-batches of ``rows`` rows, the ranks'
+    environment plus ``env``, each rank bound as ``binding`` says (:data:`PIN`), and return
+    :func:`costs_from`'s figures."""
     import static_profile as me  # importable by module name in the ranks
     from paddle_ext.launcher import run_ranks
 
     out_dir = tempfile.mkdtemp(prefix="static_profile_")
-    common = {"acc": acc, "steps": steps, "vpp": 2, "hidden": hidden, "batch": 4 * acc}
+    common = {"acc": acc, "steps": steps, "vpp": 2, "hidden": hidden, "batch": rows * acc}
     cfgs = [dict(common, schedule="ZBV", layer_meshes=[0, 1, 1, 0]),
             dict(common, schedule="IR_VPP", layer_meshes=[0, 1, 0, 1])]
     results = run_ranks(me.profile_rank, nproc=2, args=(cfgs, out_dir), timeout=timeout, pin_cpus=PIN[binding],
@@ -149,12 +151,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--acc", type=int, default=8)
+    parser.add_argument("--rows", type=int, default=4, help="rows per micro-batch")
     parser.add_argument("--glibc-default", action="store_true", help="run the ranks without MALLOC_ENV")
     parser.add_argument("--binding", choices=sorted(PIN), default="process",
                         help="compute: the ranks' compute on one CPU each, comm threads free; process: whole ranks; none: unbound")
     args = parser.parse_args(argv)
     print(json.dumps(profile(args.hidden, args.acc, env=None if args.glibc_default else MALLOC_ENV,
-                             binding=args.binding), indent=1))
+                             binding=args.binding, rows=args.rows), indent=1))
     return 0
 
 

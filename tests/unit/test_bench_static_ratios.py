@@ -22,3 +22,12 @@ def test_ratio_is_within_the_launch_and_of_the_slower_rank():
     assert best[("FThenB", "ratios")] == [1.0, 1.0]
     assert [round(r, 6) for r in best[("ZBV", "ratios")]] == [round(1.0 / 1.1, 6), 1.1]
     assert ("VPP", "ratios") not in best   # failed on a rank: no ratio
+
+
+def test_rows_and_micro_batches_below_one_are_refused_before_any_launch(capsys):
+    import pytest
+
+    for argv in (["--rows", "0"], ["--acc", "0"]):
+        with pytest.raises(SystemExit):
+            bs.main(argv)
+        assert "must be at least 1" in capsys.readouterr().err
