@@ -15,7 +15,8 @@ begin it together (paced). A step's time is the slower rank's; each step figure 
 median over the rounds. Each ratio is *paired*: per round, a mode's median step over the base
 mode's median step in the same round, then the median of those per-round ratios, with their
 interquartile range in brackets (the machine's speed drifts by more than the 3% a ratio is
-asked to show; a ratio within one round does not see that drift). Before timing, the first step's loss of every mode that runs is checked to agree.
+asked to show; a ratio within one round does not see that drift), and the median's 95%
+confidence interval (:func:`median_ci`: whether the run can tell a ratio from 1.03 at all). Before timing, the first step's loss of every mode that runs is checked to agree.
 The load average is printed beside the figures; on a shared machine, run it alone (under the
 machine's CPU lock, if it has one):
 
@@ -145,8 +146,22 @@ def summarize(results, plans, rounds: int) -> list[dict]:
             paired = per_round[mode] / per_round[row["base"]]
             row[mode + "_ratio"] = float(np.median(paired))
             row[mode + "_iqr"] = (float(np.percentile(paired, 25)), float(np.percentile(paired, 75)))
+            row[mode + "_ci"] = median_ci(paired)
         rows.append(row)
     return rows
+
+
+def median_ci(values, z: float = 1.96) -> tuple[float, float]:
+    """A distribution-free confidence interval of the median of ``values`` (95% for ``z`` = 1.96):
+    the order statistics at ranks ``(n - z sqrt(n)) / 2`` and ``(n + z sqrt(n)) / 2`` (the number
+    of values below the true median is binomial(n, 1/2)); the whole range when ``n`` is too small
+    for that."""
+    v = np.sort(np.asarray(values, dtype=float))
+    n = len(v)
+    if n == 0:
+        raise ValueError("median_ci: no values")
+    k = int(np.floor((n - z * np.sqrt(n)) / 2))
+    return (float(v[k]), float(v[n - 1 - k])) if k >= 0 else (float(v[0]), float(v[-1]))
 
 
 def check_losses(results, plans) -> None:
@@ -162,7 +177,8 @@ def check_losses(results, plans) -> None:
 
 def _ratio(row, mode: str) -> str:
     low, high = row[mode + "_iqr"]
-    return f"{row[mode + '_ratio']:.3f}x [{low:.3f}-{high:.3f}]"
+    ci_low, ci_high = row[mode + "_ci"]
+    return f"{row[mode + '_ratio']:.3f}x [{low:.3f}-{high:.3f}] (95% CI {ci_low:.3f}-{ci_high:.3f})"
 
 
 def table(rows) -> str:
@@ -196,7 +212,7 @@ def main(argv=None) -> int:
     text = table(rows)
     summary = (f"2 gloo ranks; median of {args.rounds} rounds x {args.steps} paced steps per mode (the slower "
                f"rank's time per step), modes interleaved; ratios paired per round: median [quartiles] over the "
-               f"rounds; first-step losses agree across modes; load average "
+               f"rounds (95% CI: of that median); first-step losses agree across modes; load average "
                f"(1/5/15 min) before {'/'.join(f'{v:.2f}' for v in load_before)}, after "
                f"{'/'.join(f'{v:.2f}' for v in load_after)}")
     print(text)
