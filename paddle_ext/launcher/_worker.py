@@ -4,7 +4,9 @@ It adds nothing to the rank's process state. It starts the rank itself (``_rank.
 child with the launcher's environment unchanged, waits for it, and writes the child's exit code
 to ``results/rank.N.exit``, so the parent sees how each rank ended its interpreter teardown
 (a crash or a hang at exit is a failure the report names). Signals the launcher sends are
-passed on to the rank.
+passed on to the rank. If the harness process that launched it is gone (killed: its own
+timeout and clean-up died with it), the rank is ended (SIGTERM, then SIGKILL) and the worker
+exits, so no rank outlives its harness.
 """
 import os
 import signal
@@ -13,6 +15,36 @@ import sys
 from pathlib import Path
 
 RANK_MAIN = Path(__file__).with_name("_rank.py")
+#: ``"<pid>:<start time>"`` of the harness process (run_ranks sets it; the start time, field 22
+#: of ``/proc/<pid>/stat``, tells the harness from a later process that reused its pid)
+HARNESS_ENV = "PADDLE_EXT_HARNESS_PID"
+POLL_SECONDS = 1.0
+
+
+def start_time(pid: int):
+    """Field 22 of ``/proc/<pid>/stat`` (the process's start, in clock ticks), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def harness_alive(spec: str) -> bool:
+    """Whether the process ``spec`` (``HARNESS_ENV``'s value) still runs; True when unset."""
+    if not spec:
+        return True
+    pid, _, started = spec.partition(":")
+    return start_time(int(pid)) == started
+
+
+def _end(child) -> None:
+    child.terminate()
+    try:
+        child.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
 
 
 def main(payload_path: str) -> int:
@@ -28,7 +60,15 @@ def main(payload_path: str) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
-    code = child.wait()
+    harness = os.environ.get(HARNESS_ENV, "")
+    while True:
+        try:
+            code = child.wait(timeout=POLL_SECONDS)
+            break
+        except subprocess.TimeoutExpired:
+            if not harness_alive(harness):
+                _end(child)
+                return 1
     tmp = results / f".rank.{rank}.exit.tmp"
     tmp.write_text(str(code))
     os.replace(tmp, results / f"rank.{rank}.exit")

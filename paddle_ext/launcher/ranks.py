@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import HarnessError
 from ..breadcrumbs import last_action
+from ._worker import HARNESS_ENV, start_time
 
 WORKER = Path(__file__).with_name("_worker.py")
 TAG_ENV = "PADDLE_EXT_HARNESS_TAG"
@@ -169,6 +170,7 @@ def run_ranks(fn: Callable, nproc: int = 2, args: Sequence = (), kwargs: dict | 
     child_env = dict(os.environ)
     child_env.update(env or {})
     child_env[TAG_ENV] = tag
+    child_env[HARNESS_ENV] = f"{os.getpid()}:{start_time(os.getpid())}"   # the ranks end if this process dies
     child_env.setdefault("GLOG_minloglevel", "2")
     child_env["PYTHONPATH"] = os.pathsep.join(_abs_sys_path())
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc),

@@ -71,3 +71,14 @@ def pipeline_with_hanging_stage(schedule_name, hang_rank, hang_call):
     else:
         sched.step(target=y, losses=[])
     return rank
+
+
+def report_pid_and_sleep(out_dir, seconds):
+    """Write this rank's pid to ``out_dir/rank<N>.pid``, then sleep: a rank whose harness dies."""
+    rank = os.environ.get("PADDLE_TRAINER_ID", "0")
+    tmp = os.path.join(out_dir, f".rank{rank}.pid")
+    with open(tmp, "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(tmp, os.path.join(out_dir, f"rank{rank}.pid"))
+    time.sleep(seconds)
+    return rank
