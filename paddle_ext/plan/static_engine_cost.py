@@ -12,8 +12,9 @@ runtime (pure: no Paddle).
   (merged where paddle-ext's passes merge them; Paddle's own FThenB/1F1B/VPP passes as their
   jobs order their messages), each job paying the executor's fixed ``job_s``, each send
   ``message_s``, and every message arriving ``latency_s`` plus its bytes at the p2p line's rate
-  after the later of its send and its receive (gloo's rendezvous). The three come from the profile's ``static_engine`` section,
-  measured by ``paddle-ext profile --static`` (:mod:`.profile_static`).
+  after the later of its send and its receive (gloo's rendezvous). The three come from the
+  profile's ``static_engine`` section, measured by ``paddle-ext profile --static``
+  (:mod:`.profile_static`).
 
 A plan's ``schedule`` is the ``strategy.pipeline.schedule_mode`` that runs it: Paddle's own pass
 for FThenB, 1F1B and VPP, paddle-ext's pass for every other schedule.
@@ -88,7 +89,8 @@ def static_simulate(schedule: str, pp: int, m: int, chunks: int, stage_times: Tu
     """``(makespan, busy per rank)`` in seconds of the static Engine's simulated pipeline of ``schedule`` on ``pp``
     ranks, ``m`` microbatches, ``chunks`` per rank; ``stage_times[s]`` = ``(F, I, W, B)`` seconds
     of stage ``s``; ``latency_s`` from the later of a message's send and receive to its data on the
-    receiving rank (the runtime's hand-off and the bytes on the wire); ``runtime`` gives the cost per job and message."""
+    receiving rank (the runtime's hand-off and the bytes on the wire); ``runtime`` gives the cost
+    per job and message."""
     costs = StaticCosts(1.0, 1.0, 1.0, job=runtime.job_s, message=runtime.message_s, latency=latency_s)
     per_stage = {s: Costs(f, i, w, b) for s, (f, i, w, b) in enumerate(stage_times)}
     r = simulate_static(schedule, pp, m, chunks, costs=costs, paddle_pass=schedule in PADDLE_PASSES,
