@@ -12,15 +12,17 @@ receives (:func:`~paddle_ext.passes.simulate.simulate_schedule`: the data lands 
 the later of the send and the receive), and before each action the time the runtime spends on
 it besides the compute (:class:`StaticCosts`): ``job`` once per job (an action that starts a
 job, merged or not) and ``message`` per send (a receive's own work is inside ``latency``, as the
-profile measures it: from the later of the two posts to the end of the receive). Paddle's own passes (FThenB, 1F1B, VPP) run sends
-and receives inside their forward and backward jobs, each receive right before its compute and
-each send right after it, except that Paddle's VPP runs a backward's ``send_backward`` job after
-the next forward's ``recv_forward`` job: ``paddle_pass=True`` times them that way
-(:func:`paddle_job_order`).
+profile measures it: from the later of the two posts to the end of the receive).
+
+Paddle's own passes (FThenB, 1F1B, VPP) run sends and receives inside their forward and
+backward jobs, each receive right before its compute and each send right after it, except that
+Paddle's VPP runs a backward's ``send_backward`` job after the next forward's ``recv_forward``
+job: ``paddle_pass=True`` times them that way (:func:`paddle_job_order`).
 
 The figures come from a profile of the real Engine (``tools/bench_static.py --profile``: the
-executor's per-job events under ``paddle.profiler``), so the simulated ratios between schedules
-follow the measured ones.
+executor's per-job events under ``paddle.profiler``). How far the simulated ratios between
+schedules follow the measured ones, and where they do not (4-row micro-batches, whose jobs' times
+depend on their order), is in docs/static_engine.md ("Seventh pass").
 
 >>> unit = StaticCosts(forward=1, backward_input=1, backward_weight=1, job=0.0, message=0.0)
 >>> simulate_static("1F1B", 2, 4, costs=unit).makespan == simulate_static("1F1B", 2, 4, costs=unit, merge=False).makespan
