@@ -48,3 +48,10 @@ class ValueMismatchError(PaddleExtError, AssertionError):
     """A value written into a tensor does not fit it (shape, dtype or type). Raised where
     paddle-ext checks in Paddle's place (``Tensor.set_value`` on a rank outside the tensor's
     mesh); an ``AssertionError`` too, as Paddle's own check is on the other ranks."""
+
+
+class StaticNameClashError(PaddleExtError):
+    """``dist.to_static`` was given a model whose parameters have the names of another model's
+    parameters of another shape: Paddle's static Engine would train it with the other model's
+    buffers (``paddle_ext.compat.fixes.static_name_clash``). The message names the parameters and
+    the fix (build the model inside ``paddle.utils.unique_name.guard("<prefix>_")``)."""

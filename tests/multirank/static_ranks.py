@@ -246,7 +246,13 @@ def train_losses(cfg):
     handler = logging.Handler()
     handler.emit = lambda record: records.append(f"{record.levelname}: {record.getMessage()}")
     logger.addHandler(handler)
-    net, opt, loader, loss_fn, strategy = _build(cfg)
+    if cfg.get("name_prefix"):  # the way out of a name clash with an earlier model (static-name-clash)
+        import paddle
+
+        with paddle.utils.unique_name.guard(cfg["name_prefix"]):
+            net, opt, loader, loss_fn, strategy = _build(cfg)
+    else:
+        net, opt, loader, loss_fn, strategy = _build(cfg)
     dist.barrier()  # ranks arrive unevenly (op library load); fleet's group rendezvous follows
     record_action(f"building {cfg.get('schedule', 'no-pp')}")
     dm = dist.to_static(net, loader, loss_fn, opt, strategy=strategy)

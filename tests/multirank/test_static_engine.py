@@ -134,6 +134,22 @@ def test_transformer_every_plan_matches_dense(tmp_path):
     _check(results, names, cfgs)
 
 
+def test_a_second_model_under_the_first_ones_names_is_refused_and_the_way_out_trains_exactly(tmp_path):
+    # Paddle's disable_static() (inside dist.to_static) restarts parameter names: a transformer built
+    # after an MLP's dist.to_static has the MLP's names with other shapes, and Paddle's Engine would
+    # train it with the MLP's buffers (losses inf from step 3, docs/compatibility.md). install()
+    # refuses it by name; built under unique_name.guard with a prefix it trains as dense does.
+    cfgs = {"mlp": {**PP2, "schedule": "FThenB", "model": "mlp"},
+            "transformer, same names": {**PP2, "schedule": "FThenB", "model": "transformer"},
+            "transformer, own prefix": {**PP2, "schedule": "FThenB", "model": "transformer",
+                                        "name_prefix": "second_"}}
+    names, cfgs, results = _launch(cfgs, 2, tmp_path / "log")
+    refused = [r[1].get("error", "") for r in results]
+    assert all(e.startswith("StaticNameClashError") and "unique_name.guard" in e for e in refused), refused
+    report = _check(results, names, cfgs, only=["mlp", "transformer, own prefix"])
+    assert set(report) == {"mlp", "transformer, own prefix"}
+
+
 @pytest.fixture(scope="module")
 def four_rank_run(tmp_path_factory):
     # one 4-rank launch: first a new gloo group of the four ranks, then DP+TP for both model

@@ -27,7 +27,7 @@ def test_doctor_json_lists_everything_and_passes():
                                            "gloo-group-rendezvous", "gloo-batch-p2p-order", "cpu-collectives",
                                            "checkpoint-cpu-load", "static-gloo-rings",
                                            "zero3-gather-on-conflict", "stage1-dense-grads", "bool-cast-grad",
-                                           "outside-mesh-hint"}
+                                           "outside-mesh-hint", "static-name-clash"}
     for fix in report["compat_fixes"].values():
         assert fix["applied"] == fix["needed"]
     # the silent-wrong gradient fix is needed on Paddle 3.3.1 and applied by plain install()

@@ -42,7 +42,7 @@ from typing import Callable
 from ..fix import Fix, apply_fixes, revert_fixes
 from . import (bool_cast_grad, checkpoint_cpu_load, cpu_collectives, gloo_groups, gloo_p2p,
                local_layer_dense_gradient, numpy_mesh_rank, outside_mesh, outside_mesh_hint,
-               stage1_dense_grads, static_gloo_barrier, static_gloo_groups, zero3_gather)
+               stage1_dense_grads, static_gloo_barrier, static_gloo_groups, static_name_clash, zero3_gather)
 from .outside_mesh_support import SWITCH
 
 STATIC_SWITCH = "install(static_engine=True)"
@@ -98,6 +98,11 @@ TABLE: dict[str, Fix] = {
             "the first DistTensor on a mesh that excludes this rank (pipeline by annotation) prints one line naming "
             "install(pipeline_by_annotation=True), before an op on it can die with SIGSEGV; no other effect",
             outside_mesh_hint.needed, outside_mesh_hint.apply, _undo=outside_mesh_hint.disarm),
+        Fix("static-name-clash",
+            "dist.to_static refuses a model that merges gradients whose parameters have the names of another "
+            "model's parameters of another shape (Paddle's Engine would merge into the other's buffers); any "
+            "other name clash: one log line",
+            static_name_clash.needed, static_name_clash.apply),
         Fix("checkpoint-cpu-load",
             "dist.load_state_dict reshards on CPU instead of calling Tensor.cuda()",
             checkpoint_cpu_load.needed, checkpoint_cpu_load.apply),
