@@ -116,3 +116,29 @@ def test_applied_and_reverted_on_paddles_to_static():
     finally:
         if was:
             fix.apply()
+
+
+@pytest.mark.parametrize("by", ["keyword", "position"])
+def test_the_wrapper_finds_the_strategy_either_way(monkeypatch, by):
+    import paddle.distributed as dist
+
+    from paddle_ext.compat.fixes.table import TABLE
+
+    fix = TABLE["static-name-clash"]
+    was = fix.is_applied()
+    fix.revert()
+    seen = []
+    monkeypatch.setattr(snc, "check", lambda layer, strategy=None: seen.append(strategy))
+    try:
+        fix.apply()
+        marker = PIPELINE
+        with pytest.raises(Exception):   # Paddle's to_static on a stand-in layer: only the check matters here
+            if by == "keyword":
+                dist.to_static(Layer(), None, None, None, strategy=marker)
+            else:
+                dist.to_static(Layer(), None, None, None, marker)
+        assert seen == [marker]
+    finally:
+        fix.revert()
+        if was:
+            fix.apply()

@@ -25,6 +25,7 @@ Importing this module imports no Paddle.
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import weakref
 
@@ -91,9 +92,14 @@ def apply():
     dist = paddle.distributed
     api = dist.auto_parallel.api
     original = api.to_static
+    signature = inspect.signature(original)   # where its strategy is, whichever way it is passed
 
     def to_static(layer, *args, **kwargs):
-        check(layer, kwargs["strategy"] if "strategy" in kwargs else args[3] if len(args) > 3 else None)
+        try:
+            strategy = signature.bind(layer, *args, **kwargs).arguments.get("strategy")
+        except TypeError:   # a call that does not fit: Paddle's own function names the problem
+            strategy = None
+        check(layer, strategy)
         return original(layer, *args, **kwargs)
 
     to_static.__doc__ = original.__doc__
