@@ -392,14 +392,9 @@ struct FoundPlan {
   py::object plan = py::none();
 };
 
-FoundPlan FindPlan(PyObject* plans, PyObject* op, PyObject* attrs, PyObject* slots) {
-  if (!PyDict_Check(plans) || !PyDict_Check(attrs)) throw py::type_error("paddle-ext plan_of: dicts");
-  FoundPlan found;
-  {
-    ScratchKey scratch;
-    if (!BuildKey(slots, scratch.get(), &found.no_grad)) return found;
-    found.layout = scratch.bytes();
-  }
+// `plans.get((op, attributes, layout))` as a new reference, or nullptr when it is absent or the
+// attributes cannot be hashed (the caller normalises them).
+PyObject* LookUpPlan(PyObject* plans, PyObject* op, PyObject* attrs, PyObject* layout) {
   Py_ssize_t n = PyDict_GET_SIZE(attrs);
   py::object named = py::reinterpret_steal<py::object>(PyTuple_New(n));   // tuple(attrs.items())
   if (!named) throw py::error_already_set();
@@ -410,7 +405,7 @@ FoundPlan FindPlan(PyObject* plans, PyObject* op, PyObject* attrs, PyObject* slo
     if (item == nullptr) throw py::error_already_set();
     PyTuple_SET_ITEM(named.ptr(), i++, item);
   }
-  py::object key = py::reinterpret_steal<py::object>(PyTuple_Pack(3, op, named.ptr(), found.layout.ptr()));
+  py::object key = py::reinterpret_steal<py::object>(PyTuple_Pack(3, op, named.ptr(), layout));
   if (!key) throw py::error_already_set();
   PyObject* plan = PyDict_GetItemWithError(plans, key.ptr());   // borrowed
   if (plan == nullptr) {
@@ -418,9 +413,22 @@ FoundPlan FindPlan(PyObject* plans, PyObject* op, PyObject* attrs, PyObject* slo
       if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw py::error_already_set();
       PyErr_Clear();   // an unhashable attribute
     }
-    return found;
+    return nullptr;
   }
-  found.plan = py::reinterpret_borrow<py::object>(plan);
+  Py_INCREF(plan);
+  return plan;
+}
+
+FoundPlan FindPlan(PyObject* plans, PyObject* op, PyObject* attrs, PyObject* slots) {
+  if (!PyDict_Check(plans) || !PyDict_Check(attrs)) throw py::type_error("paddle-ext plan_of: dicts");
+  FoundPlan found;
+  {
+    ScratchKey scratch;
+    if (!BuildKey(slots, scratch.get(), &found.no_grad)) return found;
+    found.layout = scratch.bytes();
+  }
+  PyObject* plan = LookUpPlan(plans, op, attrs, found.layout.ptr());
+  if (plan != nullptr) found.plan = py::reinterpret_steal<py::object>(plan);
   return found;
 }
 

@@ -166,6 +166,36 @@ def test_unhashable_attribute_dispatches_uncached(compiled):
         assert len(plan_cache.cached_plans()) == before   # not cached
 
 
+_REPLICATED_BY = {3, 2.5, "t", (1, 3), False, 2 ** 70 + 1}
+
+
+def test_calls_differing_in_one_attribute_value_keep_their_own_plans(compiled):
+    """The compiled route remembers the plan cache's answers by op, layout and attribute values:
+    calls alternating between two values of one attribute (of each kind the route's memo writes,
+    and an int too large for it) get each value's own plan, with and without autograd."""
+    import paddle_ext.dispatch as pd
+    from paddle_ext.spmd.registry import REGISTRY
+
+    if "key_test_pick" not in REGISTRY.rules:
+        @REGISTRY.register("key_test_pick")
+        def key_test_pick(x: DistSpec, a: object = None):
+            """i j -> i j, or replicated when ``a`` is one of _REPLICATED_BY"""
+            return "i j -> i j | replicate: i" if a in _REPLICATED_BY else "i j -> i j"
+
+    fast_key.use(True)
+    mesh = dist.ProcessMesh([0], dim_names=["x"])
+    x = dist.shard_tensor(paddle.arange(24, dtype="float32").reshape([4, 6]), mesh, [dist.Shard(0)])
+    pairs = ((2, 3), (2.0, 2.5), ("s", "t"), ((1, 2), (1, 3)), (None, False), (2 ** 70, 2 ** 70 + 1))
+    for grad in (True, False, True):
+        x.stop_gradient = not grad
+        for first, second in pairs:
+            for value in (first, second, first, second):
+                out = pd.dispatch("key_test_pick", [x], {"a": value}, lambda t, c: t[0] * 2.0)
+                want = "[Replicate()]" if value in _REPLICATED_BY else "[Shard(dim=0)]"
+                assert str(out.placements) == want, (value, grad)
+                np.testing.assert_array_equal(out._local_value().numpy(), 2 * np.arange(24).reshape(4, 6))
+
+
 @pytest.fixture
 def fresh_state(monkeypatch):
     """fast_key's state as before any call; restored (and the compiled key back) afterwards."""
