@@ -312,6 +312,19 @@ def _symmetric(per_rank) -> bool:
     return len(kinds) == 1 and (kinds != {"error"} or len({r[1] for r in per_rank}) == 1)
 
 
+def without_result(per_rank: list, failure: str | None) -> Outcome:
+    """The outcome of a scenario in whose launch a rank gave no result: a crash -- unless another
+    rank's own error is a gloo TIMEOUT (its peer alive and silent for gloo's 30 s: a deadlock).
+    Then that error is the outcome: the silent peer, whose own timeout is due within milliseconds,
+    may instead end in gloo's I/O thread (SIGABRT, no result) when the first rank exits, and which
+    of the two comes first varies from run to run (Paddle alone's 1F1B deadlock, once in CI)."""
+    for r in per_rank:
+        gloo = _GLOO.search(r[1]) if r is not None and r[0] == "error" else None
+        if gloo is not None and gloo.group(1) == "TIMEOUT":
+            return Outcome("error", r[1])
+    return Outcome("crash", failure or "a rank gave no result")
+
+
 def run_mode(mode: str, names: list, log_root: str | os.PathLike, batch_timeout: float = 240.0,
              env: dict | None = None) -> dict:
     """Every scenario of ``names`` in ``mode``, in the order given: batches per process state, one
@@ -334,7 +347,7 @@ def run_mode(mode: str, names: list, log_root: str | os.PathLike, batch_timeout:
             for n in queue:
                 per_rank = results[n]
                 if any(r is None for r in per_rank):
-                    outcomes[n] = Outcome("crash", failure or "a rank gave no result")
+                    outcomes[n] = without_result(per_rank, failure)
                     done += 1
                     break
                 outcomes[n] = classify(per_rank, table[n].rtol, table[n].atol)

@@ -110,6 +110,20 @@ GRADIENT_ONLY = [n for n in NAMES if n.startswith("pipelining[")]
 UPDATE_ONLY = [n for n in NAMES if n.startswith("dist.to_static[")]
 
 
+def test_a_deadlock_is_its_timeout_even_when_the_silent_peer_aborts():
+    # both ranks of a deadlock wait in gloo; the first to time out exits, and its peer either
+    # times out too or ends in gloo's I/O thread (SIGABRT) first: either way the outcome is the timeout
+    line = ("RuntimeError: [/paddle/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:133] TIMEOUT "
+            "self_rank = -1 pair_rank = none peer_str = none")
+    crash = "the rank's process exited without a result (exit code -6; a signal or a crash; see its log)"
+    both = sr.classify([("error", line, None), ("error", line, None)])
+    for per_rank in ([("error", line, None), None], [None, ("error", line, None)]):
+        got = sr.without_result(per_rank, crash)
+        assert (got.status, got.detail) == (both.status, both.detail) == ("error", line)
+    assert sr.without_result([("error", "ValueError: bad shape", None), None], crash).status == "crash"
+    assert sr.without_result([None, None], crash).detail == crash
+
+
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
     """Every scenario in every mode (module-scoped: the launches are shared by all tests)."""
