@@ -80,7 +80,13 @@ def _set_hidden(cfg):
 
 def dense_losses(cfg):
     """Single-process reference: the full batch per step (= mean over micro-batches), the
-    config's optimizer unsharded."""
+    config's optimizer unsharded. Its per-step losses (:func:`dense_run`)."""
+    return dense_run(cfg)[0]
+
+
+def dense_run(cfg):
+    """:func:`dense_losses`' training: ``(per-step losses, {name: final weight})``, the names of
+    :func:`_weights` (``w_in``, ``b0.w``, ...)."""
     import paddle
 
     _set_hidden(cfg)
@@ -104,7 +110,41 @@ def dense_losses(cfg):
         opt.step()
         opt.clear_grad()
         losses.append(float(loss))
-    return losses
+    return losses, {k: v.numpy() for k, v in w.items()}
+
+
+def initial_weights(cfg) -> dict:
+    """The weights every rank and the dense reference start from, by name."""
+    _set_hidden(cfg)
+    return _weights(cfg.get("model", "mlp"), len(cfg["layer_meshes"]))
+
+
+def check_updates(name: str, per_rank: list, cfg, want_params: dict) -> float:
+    """Parent side: each parameter's total update over the steps (final - initial weight, gathered
+    from the ranks whose results hold it: ``per_rank[rank]["params"]``) against the dense model's
+    (``want_params``, :func:`dense_run`), by max relative error and norm ratio
+    (``scenario_ranks.grad_ok``). Asserts every parameter was reported and within bounds; returns
+    the worst of the two measures. Meant for SGD, whose update is the gradient times the rate."""
+    import scenario_ranks as scn
+
+    init = initial_weights(cfg)
+    worst = 0.0
+    for key, want in want_params.items():
+        held = {rank: r["params"][key] for rank, r in enumerate(per_rank) if key in r.get("params", {})}
+        assert held, f"{name}: no rank reported parameter {key}"
+        holder = next(iter(held.values()))   # assemble reads only the ranks of the parameter's mesh
+        got = scn.assemble([held.get(rank, holder) for rank in range(len(per_rank))])
+        rel, ratio = scn.grad_error(got.astype(np.float64) - init[key], want.astype(np.float64) - init[key])
+        assert scn.grad_ok(rel, ratio), f"{name}: update of {key}: max rel err {rel:.2e}, norm ratio {ratio:.6f}"
+        worst = max(worst, rel, abs(ratio - 1.0))
+    return worst
+
+
+def _weight_name(key: str) -> str:
+    """The name :func:`_weights` gives a parameter of the distributed model's state dict
+    (``blocks.3.w`` -> ``b3.w``; ``w_in`` and ``w_out`` as they are)."""
+    parts = key.split(".")
+    return f"b{parts[1]}.{parts[2]}" if parts[0] == "blocks" and len(parts) == 3 else key
 
 
 def _build(cfg):
@@ -273,7 +313,10 @@ def train_losses(cfg):
     plan = dm._engine._job_plan
     jobs = [] if plan is None else [(j.type(), j.micro_batch_id()) for j in plan.job_list()]
     logger.removeHandler(handler)
-    return {"losses": losses, "jobs": jobs, "log": records, "step_seconds": times}
+    from scenario_ranks import rec
+
+    params = {_weight_name(k): rec(v) for k, v in dm.state_dict("param").items()}   # this rank's, after training
+    return {"losses": losses, "jobs": jobs, "log": records, "step_seconds": times, "params": params}
 
 
 def world_group_again(cfg):

@@ -52,8 +52,10 @@ def _relative_errors(run, name):
     assert not errors, f"{name}: {errors[0]}"
     # each dp rank reports its own shard's mean loss; equal shards: their mean is the batch mean
     got = np.mean([[float(np.mean(step)) for step in r["losses"]] for r in per_rank], axis=0)
-    want = np.array(sr.dense_losses(cfgs[name]))
-    return np.abs(got - want) / np.abs(want), per_rank
+    want, want_params = sr.dense_run(cfgs[name])
+    if cfgs[name].get("optimizer", "sgd") == "sgd":   # each parameter's SGD update, against dense
+        sr.check_updates(name, per_rank, cfgs[name], want_params)
+    return np.abs(got - np.array(want)) / np.abs(want), per_rank
 
 
 @pytest.mark.parametrize("name", ["DP+TP mlp", "DP+TP transformer"])
