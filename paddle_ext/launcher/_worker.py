@@ -12,6 +12,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 RANK_MAIN = Path(__file__).with_name("_rank.py")
@@ -61,14 +63,20 @@ def main(payload_path: str) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
     harness = os.environ.get(HARNESS_ENV, "")
-    while True:
-        try:
-            code = child.wait(timeout=POLL_SECONDS)
-            break
-        except subprocess.TimeoutExpired:
+    orphaned = threading.Event()
+
+    def watch():   # a blocking wait below, this thread's check once a second beside it
+        while child.poll() is None:
             if not harness_alive(harness):
+                orphaned.set()
                 _end(child)
-                return 1
+                return
+            time.sleep(POLL_SECONDS)
+
+    threading.Thread(target=watch, name="pe_harness_watch", daemon=True).start()
+    code = child.wait()
+    if orphaned.is_set():
+        return 1
     tmp = results / f".rank.{rank}.exit.tmp"
     tmp.write_text(str(code))
     os.replace(tmp, results / f"rank.{rank}.exit")
