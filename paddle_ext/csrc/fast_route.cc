@@ -28,8 +28,9 @@ PyObject* ByPaddleName() {
 // the dict's own answers, so a memo hit is the plan the dict holds. It spares the dict's key objects
 // (the layout's bytes, two tuples) and their hashing: about 1 us of a repeated call next to a small
 // op on this VM. Emptied whenever the dict may lose a plan (forget_plans: paddle_ext/dispatch/plan_cache.py
-// calls it when a rule changes) or the route is bound to another dict; it never holds more entries
-// than the dict has held plans.
+// calls it when a rule changes) or the route is bound to another dict. Its entries are the call keys
+// the dict answered: at most a few per plan the dict has held (one per way of writing equal
+// attributes), so bounded as the dict is (plan_cache.LIMIT plans).
 class PlanMemo {
  public:
   PyObject* Find(const std::string& key) const {   // borrowed, or nullptr
