@@ -23,13 +23,26 @@ HARNESS_ENV = "PADDLE_EXT_HARNESS_PID"
 POLL_SECONDS = 1.0
 
 
-def start_time(pid: int):
-    """Field 22 of ``/proc/<pid>/stat`` (the process's start, in clock ticks), None if it is gone."""
+def stat_fields(pid: int):
+    """The fields of ``/proc/<pid>/stat`` after the command name (``[0]``: the state, ``"Z"`` for a
+    zombie; ``[19]``: field 22, the start in clock ticks), or None when the process is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
+            return f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not ended (not a zombie, not dead)."""
+    fields = stat_fields(pid)
+    return bool(fields) and fields[0] not in ("Z", "X")
+
+
+def start_time(pid: int):
+    """Field 22 of ``/proc/<pid>/stat`` (the process's start, in clock ticks), None if it is gone."""
+    fields = stat_fields(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None
 
 
 def harness_alive(spec: str) -> bool:

@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import HarnessError
 from ..breadcrumbs import last_action
-from ._worker import HARNESS_ENV, start_time
+from ._worker import HARNESS_ENV, running, start_time
 
 WORKER = Path(__file__).with_name("_worker.py")
 TAG_ENV = "PADDLE_EXT_HARNESS_TAG"
@@ -83,10 +83,9 @@ def tagged_processes(tag: str) -> list[int]:
             continue
         try:
             env = (entry / "environ").read_bytes()
-            stat = (entry / "stat").read_text()
         except OSError:
             continue
-        if needle in env.split(b"\0") and ") Z" not in stat:
+        if needle in env.split(b"\0") and running(int(entry.name)):
             found.append(int(entry.name))
     return found
 
@@ -318,11 +317,7 @@ def _rank_process_gone(results_dir: Path, rank: int) -> bool:
         pid = int((results_dir / f"rank.{rank}.pid").read_text())
     except (OSError, ValueError):
         return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state in ("Z", "X")
+    return not running(pid)
 
 
 def _read(results_dir: Path, rank: int):

@@ -4,13 +4,13 @@ A hang is bounded by the run's timeout, which also covers the ranks' start (Padd
 gloo world): 25 s, so a start slowed by another launch beside it (CI runs two groups of launches
 at once) still reaches the hanging step, and below gloo's own 30 s timeout, so the healthy rank is
 still waiting (not raising) when the run's bound ends it."""
-import os
 import time
 
 import pytest
 
 import fault_ranks as fr
 from paddle_ext.errors import HarnessError
+from paddle_ext.launcher import running
 from paddle_ext.testing import run_ranks
 
 pytestmark = pytest.mark.multirank
@@ -77,14 +77,7 @@ def test_ranks_end_when_their_harness_is_killed(tmp_path):
     gone_by = time.monotonic() + 20
     alive = pids
     while alive and time.monotonic() < gone_by:
-        alive = [p for p in pids if os.path.exists(f"/proc/{p}") and _state(p) != "Z"]
+        alive = [p for p in pids if running(p)]
         time.sleep(0.2)
     assert not alive, f"ranks {alive} outlived their killed harness by 20 s"
 
-
-def _state(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "gone"

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from paddle_ext.launcher import running
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "gpu_check.sh"
 MODES = {"2+ GPUs": ("--gpus", "2"), "one GPU": ("--gpus", "1"), "CPU double": ("--cpu-double",)}
@@ -90,9 +92,7 @@ step orphan 2 bash -c 'setsid sleep 300 < /dev/null > /dev/null 2>&1 & echo $! >
     subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
     pid = int((tmp_path / "pid").read_text())
     assert int((tmp_path / "sid").read_text()) == pid   # the sleeper led its own session
-    stat = Path(f"/proc/{pid}/stat")
-    alive = stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    assert not alive, f"process {pid} outlived its step"
+    assert not running(pid), f"process {pid} outlived its step"
     assert "| orphan | FAILED (timeout after 2s)" in (tmp_path / "report.md").read_text()
 
 
