@@ -8,8 +8,8 @@ are timed interleaved, in blocks, in one run; each figure is the slower rank's. 
 paired: per block, the median of its dispatched calls over the median of its native calls timed
 just before them, then the median over the blocks, with its 95% confidence interval (since
 2026-12-07, later session: the ratio of the two medians over the whole run let the VM's fast and
-slow states fall unevenly on the two sides -- softmax [8,1024] 27.5 vs 36.7 us, 1.34x, in one run
-whose other rows were 1.12-1.17x; the summary line still gives that ratio's median and worst). Once per case the
+slow states fall unevenly on the two sides -- softmax [8,1024] 27.5 vs 36.7 us, 1.34x, in a run
+whose add [8,1024] read 1.05x; the summary line still gives that ratio's median and worst). Once per case the
 outputs are checked to agree (global shape, placements, values). ``--write`` replaces the table
 in docs/dispatch.md.
 
