@@ -17,8 +17,13 @@
 // traffic is an all_reduce's rather than a reduce-scatter's.
 #include <pthread.h>
 #include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <deque>
 #include <mutex>
@@ -94,8 +99,38 @@ void FreeFromCompute() {
   if (CPU_COUNT(&set) > 0) pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }
 
+// A short scheduler slice for this thread (Linux >= 6.12, EEVDF: a woken thread whose slice is
+// shorter than the running one's preempts it). The send thread wakes for every message and runs
+// for microseconds; with the default slice (1.4 ms on a 2-CPU machine) a message sent while this
+// rank computes waited up to a slice for it, on the critical path of every pipeline schedule
+// that hands a micro-batch to the other rank and waits for the answer (docs/static_engine.md,
+// "Eighth pass"). PADDLE_EXT_COMM_SLICE_US (default 100; 0 keeps the kernel's slice) sets it;
+// only a SCHED_OTHER thread is touched, with its nice value kept; older kernels ignore the slice.
+// static_collectives.py's short_slice does the same for gloo's I/O threads.
+void ShortSlice() {
+#ifdef SYS_sched_setattr
+  const char* text = std::getenv("PADDLE_EXT_COMM_SLICE_US");
+  long us = (text == nullptr || *text == '\0') ? 100 : std::strtol(text, nullptr, 10);
+  if (us <= 0 || sched_getscheduler(0) != SCHED_OTHER) return;
+  struct {
+    uint32_t size, policy;
+    uint64_t flags;
+    int32_t nice;
+    uint32_t priority;
+    uint64_t runtime, deadline, period;
+  } attr = {48, SCHED_OTHER, 0, 0, 0, 0, 0, 0};
+  errno = 0;
+  int nice = getpriority(PRIO_PROCESS, 0);  // this thread's (Linux: per thread)
+  if (errno != 0) return;
+  attr.nice = nice;
+  attr.runtime = static_cast<uint64_t>(us) * 1000;
+  syscall(SYS_sched_setattr, 0, &attr, 0);  // best effort: a refusal leaves the default slice
+#endif
+}
+
 void Drain(std::string ring_id, SendQueue* q) {
   FreeFromCompute();
+  ShortSlice();
   for (;;) {
     std::pair<paddle::Tensor, int> item;
     {
