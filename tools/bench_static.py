@@ -79,9 +79,12 @@ def predicted(mode: str, schedule: str, meshes, pp: int, m: int, chunks: int, pr
         cost = 1.0 / chunks
         return simulate_static(schedule, pp, m, chunks, costs=StaticCosts(cost, cost, cost)).makespan
     per_stage = {s: Costs(*fiw) for s, fiw in stage_costs(profile["blocks"], meshes, chunks).items()}
-    costs = StaticCosts(1.0, 1.0, 1.0, job=profile["job"], message=profile["message"], latency=profile["latency"])
+    cold = ({s: Costs(*fiw) for s, fiw in stage_costs(profile["cold"], meshes, chunks).items()}
+            if "cold" in profile else None)
+    costs = StaticCosts(1.0, 1.0, 1.0, job=profile["job"], message=profile["message"], latency=profile["latency"],
+                        step=profile.get("step", 0.0))
     return simulate_static(schedule, pp, m, chunks, costs=costs, paddle_pass=mode in PADDLE_PASSES,
-                           stage_costs=per_stage).makespan
+                           stage_costs=per_stage, cold=cold).makespan
 
 
 #: ``--binding`` -> run_ranks's pin_cpus; the launch of ``both`` binds the compute only, then
@@ -318,9 +321,10 @@ def _profiles(args) -> dict:
         prof = run_profile(args.hidden, args.acc, env=None if args.glibc_default else MALLOC_ENV, binding=binding,
                            rows=args.rows)
         blocks = ", ".join(f"{b}: " + "/".join(f"{x:.3f}" for x in fiw) for b, fiw in sorted(prof["blocks"].items()))
+        cold = ", ".join(f"{b}: " + "/".join(f"{x:.3f}" for x in fiw) for b, fiw in sorted(prof.get("cold", {}).items()))
         print(f"profile, {binding} binding (ms): job {prof['job']:.3f}, send {prof['message']:.3f}, latency "
               f"{prof['latency']:.3f} (mean hand-off; median {prof['latency_median']:.3f} when the receive waits), "
-              f"F/I/W/B per block {blocks}")
+              f"step {prof.get('step', 0.0):.3f}, warm F/I/W/B per block {blocks}; cold adds {cold}")
         out[binding] = prof
     return out
 

@@ -24,6 +24,12 @@ inside it, and the rest, the executor's fixed cost of a job. From them:
   much longer on a shared core, and the step pays for them all). A schedule's stage costs are
   the sums over its blocks (:func:`stage_costs`); a schedule without the split runs ``B``, which
   is not ``I + W`` (two matmuls in one ``matmul_grad`` op, no deferred gradient kept alive).
+  ``F``, ``I`` and ``B`` are the means of the *warm* jobs (the rank's job before touched the same
+  block's weights: ``job_model.cold_actions``) and ``cold`` per block what a cold one costs more
+  (:func:`warm_and_cold`); ``W`` is one mean, order-free (it writes the gradient buffer only W
+  touches, and its cold and warm times do not differ in the profiles);
+* ``step``: the Engine's fixed cost per step outside its micro-batch jobs (feeding the batch, the
+  optimizer, fetching the loss): ``profile_static.step_overhead_ms`` over both schedules' steps.
 
     python tools/static_profile.py [--hidden 1024] [--acc 8] [--binding compute]   # the figures as JSON
 
@@ -45,7 +51,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "multirank"))
 
 # the trace readers ``paddle-ext profile --static`` uses for the static Engine's runtime costs
 from paddle_ext.plan import profile_static  # noqa: E402
-from paddle_ext.plan.profile_static import COMPUTE_JOBS, handoffs, job_overhead_ms, job_times, window  # noqa: E402,F401
+from paddle_ext.plan.profile_static import (COMPUTE_JOBS, handoffs, job_overhead_ms, job_sequences, job_times,  # noqa: E402,F401
+                                            step_overhead_ms, window)
 
 #: glibc malloc settings for the ranks (``--glibc-default`` in bench_static.py drops them): one arena,
 #: and freed memory kept. Paddle's executor allocates each micro-batch's temporaries (a 4 MB
@@ -80,10 +87,12 @@ def latencies(traces) -> list:
     return out
 
 
-def costs_from(traces, full_traces=None) -> dict:
+def costs_from(traces, full_traces=None, sequences=None) -> dict:
     """The figures (module doc) in milliseconds from the two ranks' :func:`job_times` under ZBV
     (``traces``) and under IR_VPP (``full_traces``: each block's full backward ``B``; without
-    them a block's ``B`` is its ``I + W``)."""
+    them a block's ``B`` is its ``I + W``); with ``sequences`` (``{"ZBV": per-rank
+    job_sequences, "IR_VPP": ...}``) also ``cold`` and ``step``, and ``blocks`` the warm jobs'
+    (:func:`warm_and_cold`)."""
     compute = COMPUTE_JOBS
     job = job_overhead_ms(traces)
 
@@ -100,9 +109,60 @@ def costs_from(traces, full_traces=None) -> dict:
             blocks[LOOP_BLOCK[(rank, chunk)]][3] = mean_job(t, "backward", chunk)
     sends = [d for t in traces for d in t["send"]]
     waits, first = handoffs(traces), latencies(traces)
-    return {"job": job, "message": statistics.median(sends) / 1000 if sends else 0.0,
-            "latency": statistics.mean(waits) / 1000 if waits else 0.0,
-            "latency_median": statistics.median(first) / 1000 if first else 0.0, "blocks": blocks}
+    out = {"job": job, "message": statistics.median(sends) / 1000 if sends else 0.0,
+           "latency": statistics.mean(waits) / 1000 if waits else 0.0,
+           "latency_median": statistics.median(first) / 1000 if first else 0.0, "blocks": blocks}
+    if sequences:
+        block_of = {"ZBV": V_BLOCK, "IR_VPP": LOOP_BLOCK}
+        out["blocks"], out["cold"] = warm_and_cold([(block_of[k], v) for k, v in sequences.items()], job)
+        out["step"] = step_overhead_ms([seq for per_rank in sequences.values() for seq in per_rank])
+    return out
+
+
+#: a profiled job's kind as the simulator names it
+KINDS = {"forward": "F", "backward_b": "I", "backward_w": "W", "backward": "B"}
+
+
+def warm_and_cold(profiled, job: float) -> tuple:
+    """``(blocks, cold)``: per block the warm ``[F, I, W, B]`` (ms, less ``job``) and what a cold
+    job costs more (``W``'s is 0: one order-free mean), from ``[(the block of each (rank,
+    chunk), per-rank job_sequences), ...]`` of the profiled schedules (every job one action). A block with
+    only warm or only cold jobs of a kind takes the other from the kind's ratio of cold to
+    warm over all blocks; a kind never seen cold (or warm) gets no extra."""
+    from paddle_ext.passes.schedule_ir import Action, Kind
+    from paddle_ext.passes.static.job_model import cold_actions
+
+    seen: dict = {}
+    for block_of, per_rank in profiled:
+        for rank, steps in enumerate(per_rank):
+            for _, _, jobs in steps:
+                comp = [(KINDS[k], c, us / 1000) for k, c, _, us in jobs if k in KINDS]
+                acts = [Action(c, Kind[kind], 0) for kind, c, _ in comp]
+                for (kind, c, ms), cold in zip(comp, cold_actions(acts, split=True)):
+                    seen.setdefault((kind, block_of[(rank, c)], cold and kind != "W"), []).append(max(0.0, ms - job))
+
+    def mean(values):
+        return statistics.mean(values) if values else None
+
+    def pooled(kind, cold):
+        return mean([x for (k, _, c), v in seen.items() if k == kind and c == cold for x in v])
+
+    blocks, cold = {}, {}
+    for b in sorted({b for _, b, _ in seen}):
+        blocks[b], cold[b] = [], []
+        for kind in "FIWB":
+            warm, hot_miss = mean(seen.get((kind, b, False), [])), mean(seen.get((kind, b, True), []))
+            pw, pc = pooled(kind, False), pooled(kind, True)
+            ratio = pc / pw if pw and pc else 1.0
+            if warm is None and hot_miss is None:
+                warm = hot_miss = 0.0
+            elif warm is None:
+                warm = hot_miss / ratio
+            elif hot_miss is None:
+                hot_miss = warm * ratio
+            blocks[b].append(warm)
+            cold[b].append(max(0.0, hot_miss - warm))
+    return blocks, cold
 
 
 def stage_costs(blocks: dict, layer_meshes, chunks: int) -> dict:
@@ -144,7 +204,9 @@ def profile(hidden: int, acc: int, steps: int = 10, timeout: int = 600, env=None
     results = run_ranks(me.profile_rank, nproc=2, args=(cfgs, out_dir), timeout=timeout, pin_cpus=PIN[binding],
                         env=env, log_dir=os.path.join(out_dir, "logs"))
     return costs_from([job_times(r[0]["trace"], r[0]["window"]) for r in results],
-                      [job_times(r[1]["trace"], r[1]["window"]) for r in results])
+                      [job_times(r[1]["trace"], r[1]["window"]) for r in results],
+                      {cfg["schedule"]: [job_sequences(r[i]["trace"], r[i]["window"]) for r in results]
+                       for i, cfg in enumerate(cfgs)})
 
 
 def main(argv=None) -> int:

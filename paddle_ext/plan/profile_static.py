@@ -179,6 +179,31 @@ def job_times(trace_path: str, name: str = None) -> dict:
     return out
 
 
+def job_sequences(trace_path: str, name: str) -> list:
+    """Per profiled step (each profiler event called ``name``, :func:`window`): ``(step start us,
+    step end us, [(job kind, chunk, start us, us), ...])``, the step's micro-batch jobs (compute
+    and messages) in the order they ran."""
+    with open(trace_path, encoding="utf-8") as f:
+        data = json.load(f)
+    events = [e for e in (data["traceEvents"] if isinstance(data, dict) else data) if e.get("ph") == "X"]
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].split("[")[0] == name)
+    if not steps:
+        raise ValueError(f"no profiler event {name!r} in the trace: the steps were not profiled")
+    jobs = sorted((e["ts"], e["dur"], found.group(1), int(found.group(2))) for e in events
+                  for found in [_JOB.match(e["name"])] if found)
+    return [(lo, hi, [(kind, chunk, ts, dur) for ts, dur, kind, chunk in jobs if lo <= ts <= hi]) for lo, hi in steps]
+
+
+def step_overhead_ms(sequences) -> float:
+    """The median, over the profiled steps of every rank's :func:`job_sequences`, of a step's time
+    outside the span of its micro-batch jobs (feeding the batch, the optimizer, fetching the
+    loss): the Engine's fixed cost per step, in milliseconds."""
+    outside = [(hi - lo) - (jobs[-1][2] + jobs[-1][3] - jobs[0][2]) for seq in sequences for lo, hi, jobs in seq if jobs]
+    if not outside:
+        raise ValueError("the profiled steps ran no micro-batch job")
+    return statistics.median(outside) / 1000
+
+
 def handoffs(traces) -> list:
     """Per message, the time (us) from the later of its send and receive ops starting to the end
     of its receive: the two ranks' n-th gloo send and receive on one direction are one message
@@ -222,4 +247,5 @@ def measure_static_engine(timeout: float = 600.0, log_dir=None, **sizes) -> dict
     return section
 
 
-__all__ = ["build_mlp", "handoffs", "job_times", "measure_static_engine", "profile_rank", "runtime_from", "window"]
+__all__ = ["build_mlp", "handoffs", "job_sequences", "job_times", "measure_static_engine", "profile_rank", "runtime_from",
+           "step_overhead_ms", "window"]

@@ -19,6 +19,15 @@ backward jobs, each receive right before its compute and each send right after i
 Paddle's VPP runs a backward's ``send_backward`` job after the next forward's ``recv_forward``
 job: ``paddle_pass=True`` times them that way (:func:`paddle_job_order`).
 
+A job's compute also depends on what ran before it on the rank (``cold``): with micro-batches
+of a few rows every job is bound by reading its stage's weights (or writing its weight
+gradients), which are still in the cache when the rank's previous compute job touched the same
+state of the same stage (:func:`cold_actions`: a forward or an input backward reads the
+weights, a weight backward writes their gradients, a full backward does both) and must come
+from memory otherwise. ``cold`` gives per stage what a cold action costs over the warm one
+``stage_costs`` gives: Paddle's FThenB (its forwards back to back, then its backwards) runs
+almost all warm, a zero-bubble schedule's forward after a W of its stage runs cold.
+
 The figures come from a profile of the real Engine (``tools/bench_static.py --profile``: the
 executor's per-job events under ``paddle.profiler``). How far the simulated ratios between
 schedules follow the measured ones, and where they do not (4-row micro-batches, whose jobs' times
@@ -33,6 +42,7 @@ True
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Tuple
 
@@ -45,7 +55,7 @@ from paddle_ext.passes.stage_placement import stages_on_rank
 from paddle_ext.passes.static.jobs import JOB_OF_KIND, rank_schedule, uses_split
 from paddle_ext.passes.static.merge import alone_types, groups
 
-__all__ = ["PADDLE_PASSES", "StaticCosts", "simulate_static", "action_jobs", "paddle_job_order"]
+__all__ = ["PADDLE_PASSES", "StaticCosts", "simulate_static", "action_jobs", "cold_actions", "paddle_job_order"]
 
 COMM = (Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B)
 SENDS = (Kind.SEND_F, Kind.SEND_B)
@@ -60,8 +70,10 @@ class StaticCosts:
     """Per-stage compute (``forward``, ``backward_input``, ``backward_weight``; a full backward
     costs their sum unless ``full_backward`` is given) and the runtime's costs: ``job`` per job
     the executor runs, ``message`` per send (the copy and hand-off to the send thread),
-    ``latency`` from the later of a send and its receive being posted to the end of the receive.
-    Any unit; :func:`simulate_static` returns makespans in it."""
+    ``latency`` from the later of a send and its receive being posted to the end of the receive,
+    ``step`` once per step outside the micro-batches' jobs (feeding the batch, the optimizer,
+    fetching the loss: it adds to every schedule alike). Any unit; :func:`simulate_static`
+    returns makespans in it."""
 
     forward: float
     backward_input: float
@@ -70,9 +82,10 @@ class StaticCosts:
     message: float = 0.0
     latency: float = 0.0
     full_backward: Optional[float] = None
+    step: float = 0.0
 
     def __post_init__(self):
-        for name in ("forward", "backward_input", "backward_weight", "job", "message", "latency"):
+        for name in ("forward", "backward_input", "backward_weight", "job", "message", "latency", "step"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and value >= 0):
                 raise ScheduleError(f"StaticCosts {name}={value!r} must be a number >= 0 (a time)")
@@ -158,15 +171,65 @@ def _extra(name: str, lowered, rank: int, n_chunks: int, split: bool, costs: Sta
 
 def simulate_static(name: str, pp_degree: int, n_microbatches: int, n_chunks: Optional[int] = None, *,
                     costs: StaticCosts, merge: bool = True, paddle_pass: bool = False,
-                    stage_costs: Optional[Mapping[int, Costs]] = None) -> SimulationResult:
+                    stage_costs: Optional[Mapping[int, Costs]] = None,
+                    cold: Optional[Mapping[int, Costs]] = None) -> SimulationResult:
     """Simulate schedule ``name`` as the static Engine runs it (module doc): ``merge`` as
     ``passes.static.passes.MERGE_JOBS`` (merged jobs pay ``costs.job`` once), ``paddle_pass``
-    for Paddle's own FThenB/1F1B/VPP passes. ``stage_costs`` overrides the compute per stage."""
+    for Paddle's own FThenB/1F1B/VPP passes. ``stage_costs`` overrides the compute per stage;
+    ``cold`` adds, per stage, what an action costs more when :func:`cold_actions` finds it cold.
+
+    >>> warm = StaticCosts(forward=1, backward_input=1, backward_weight=1)
+    >>> extra = {0: Costs(1, 0, 0), 1: Costs(1, 0, 0)}   # a cold forward costs 2
+    >>> # FThenB: each rank's first forward is cold (one per rank on the critical path), the rest warm
+    >>> simulate_static("FThenB", 2, 4, costs=warm, cold=extra).makespan - simulate_static("FThenB", 2, 4, costs=warm).makespan
+    2.0
+    """
     info, lowered, chunks = rank_schedule(name, pp_degree, n_microbatches, n_chunks)
     split = uses_split(lowered)
     if paddle_pass:
         lowered = {r: paddle_job_order(acts, defer_send_backward=info.name == "VPP") for r, acts in lowered.items()}
     extra: Dict[int, List[float]] = {r: _extra(info.name, lowered, r, chunks, split, costs, merge, paddle_pass)
                                      for r in lowered}
-    return simulate_schedule(lowered, costs.compute(), comm_latency=costs.latency, blocking_sends=False,
-                             recv="rendezvous", extra=extra, stage_costs=stage_costs)
+    if cold:
+        for r, times in extra.items():
+            actions = [a for a in lowered[r] if a is not None]
+            for i, (a, is_cold) in enumerate(zip(actions, cold_actions(lowered[r], split))):
+                if is_cold and a.stage in cold:
+                    times[i] += cold[a.stage].of(_run_kind(a.kind, split))
+    result = simulate_schedule(lowered, costs.compute(), comm_latency=costs.latency, blocking_sends=False,
+                               recv="rendezvous", extra=extra, stage_costs=stage_costs)
+    return dataclasses.replace(result, makespan=result.makespan + costs.step) if costs.step else result
+
+
+#: what a compute action reads or writes of its stage's state (:func:`cold_actions`)
+TOUCHES = {Kind.F: frozenset({"weights"}), Kind.I: frozenset({"weights"}), Kind.W: frozenset({"gradients"}),
+           Kind.B: frozenset({"weights", "gradients"})}
+
+
+def _run_kind(kind: Kind, split: bool) -> Kind:
+    """The kind an action runs as: without a split an ``I`` is the full backward."""
+    return Kind.B if kind is Kind.I and not split else kind
+
+
+def cold_actions(actions, split: bool) -> List[bool]:
+    """Per action of one rank's ``actions`` (idle slots dropped): True for a compute action whose
+    stage state (:data:`TOUCHES`) the rank's previous compute action did not touch (it ran
+    another stage, other state of this one, or none ran before it in the step); messages and a
+    ``W`` that does not run (no split) are False and leave the previous action as it was.
+
+    >>> from paddle_ext.passes.schedule_ir import Action
+    >>> acts = [Action(0, Kind.F, 0), Action(0, Kind.F, 1), Action(0, Kind.I, 0), Action(0, Kind.W, 0), Action(0, Kind.F, 2)]
+    >>> cold_actions(acts, split=True)
+    [True, False, False, True, True]
+    """
+    out, before = [], None
+    for a in actions:
+        if a is None:
+            continue
+        kind = _run_kind(a.kind, split)
+        if kind not in TOUCHES or (kind is Kind.W and not split):
+            out.append(False)
+            continue
+        out.append(before is None or before[0] != a.stage or not (TOUCHES[kind] & TOUCHES[before[1]]))
+        before = (a.stage, kind)
+    return out

@@ -1,0 +1,111 @@
+"""The static job model's order-aware compute (``cold``) and per-step cost (``step``), and the
+profile that measures them (tools/static_profile.py): checked by hand on small schedules."""
+import json
+import os
+import sys
+
+import pytest
+
+from paddle_ext.passes import Costs
+from paddle_ext.passes.schedule_ir import Action, Kind
+from paddle_ext.passes.static.job_model import StaticCosts, cold_actions, simulate_static
+from paddle_ext.passes.static.jobs import rank_schedule
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
+import static_profile as sp  # noqa: E402
+
+UNIT = StaticCosts(forward=1, backward_input=1, backward_weight=1)
+
+
+def _compute(name, rank, p=2, m=4):
+    _, lowered, _ = rank_schedule(name, p, m)
+    acts = [a for a in lowered[rank] if a is not None]
+    return acts, cold_actions(lowered[rank], split=any(a.kind is Kind.W for a in acts))
+
+
+def test_fthenb_runs_warm_after_each_ranks_first_forward_and_first_backward_reads_the_same_weights():
+    acts, cold = _compute("FThenB", 0)
+    computed = [(str(a), c) for a, c in zip(acts, cold) if a.kind not in (Kind.SEND_F, Kind.RECV_B)]
+    # forwards back to back: only the first is cold; a full backward reads the weights a forward read
+    assert [c for _, c in computed] == [True] + [False] * 7
+
+
+def test_zbh1s_forward_after_a_weight_backward_is_cold():
+    acts, cold = _compute("ZBH1", 1, m=6)
+    pairs = [(a, c) for a, c in zip(acts, cold) if a.kind in (Kind.F, Kind.I, Kind.W)]   # messages between
+    after_w = [c for (a, _), (b, c) in zip(pairs, pairs[1:]) if a.kind is Kind.W and b.kind is Kind.F]
+    assert after_w and all(after_w)
+    # an input backward right after a forward of the same stage reads the same weights: warm
+    after_f = [c for (a, _), (b, c) in zip(pairs, pairs[1:]) if a.kind is Kind.F and b.kind is Kind.I]
+    assert after_f and not any(after_f)
+
+
+def test_another_stage_in_between_makes_the_next_job_cold():
+    acts = [Action(0, Kind.F, 0), Action(3, Kind.F, 0), Action(0, Kind.F, 1), Action(0, Kind.SEND_F, 1),
+            Action(0, Kind.F, 2)]
+    assert cold_actions(acts, split=True) == [True, True, True, False, False]
+
+
+def test_without_the_split_an_input_backward_is_the_full_one_and_w_does_not_run():
+    acts = [Action(0, Kind.F, 0), Action(0, Kind.I, 0), Action(0, Kind.W, 0), Action(0, Kind.F, 1)]
+    # I runs as the full backward (weights and gradients), W not at all: the next F reads warm weights
+    assert cold_actions(acts, split=False) == [True, False, False, False]
+    assert cold_actions(acts, split=True) == [True, False, True, True]
+
+
+def test_cold_costs_add_only_where_the_order_is_cold():
+    extra = {0: Costs(0.5, 0, 0), 1: Costs(0.5, 0, 0)}
+    warm_f = simulate_static("FThenB", 2, 8, costs=UNIT).makespan
+    # FThenB: one cold forward per rank, both on the critical path
+    assert simulate_static("FThenB", 2, 8, costs=UNIT, cold=extra).makespan == pytest.approx(warm_f + 1.0)
+    zbh1, zbh1_cold = (simulate_static("ZBH1", 2, 8, costs=UNIT).makespan,
+                       simulate_static("ZBH1", 2, 8, costs=UNIT, cold=extra).makespan)
+    assert zbh1_cold - zbh1 > 1.0   # its steady forwards follow a W: cold
+
+
+def test_the_step_cost_adds_once_to_every_schedule():
+    for name in ("FThenB", "1F1B", "ZBV"):
+        base = simulate_static(name, 2, 4, costs=UNIT).makespan
+        with_step = simulate_static(name, 2, 4, costs=StaticCosts(1, 1, 1, step=2.5)).makespan
+        assert with_step == pytest.approx(base + 2.5)
+    with pytest.raises(Exception, match="step=-1"):
+        StaticCosts(1, 1, 1, step=-1)
+
+
+def _event(name, ts, dur):
+    return {"ph": "X", "name": f"{name}[{dur / 1000:.3f} ms]", "ts": ts, "dur": dur, "tid": 1}
+
+
+def _trace(tmp_path, jobs, step=(0, 10_000)):
+    """One profiled ZBV step with ``jobs`` ``(name, start us, us)``."""
+    events = [_event(sp.window({"schedule": "ZBV"}), step[0], step[1] - step[0])]
+    events += [_event(name, ts, us) for name, ts, us in jobs]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    return str(path)
+
+
+def test_the_profile_splits_warm_and_cold_jobs_and_measures_the_step_outside_them(tmp_path):
+    # rank 0 of ZBV: chunk 0 is block 0. F, F (warm: same weights), W (its own buffer), F (cold)
+    jobs = [("forward0-0", 1000, 1000), ("forward0-1", 2000, 600), ("backward_w0-0", 2600, 2000),
+            ("send_forward0-2", 4600, 100), ("forward0-2", 4700, 1000)]
+    path = _trace(tmp_path, jobs)
+    seq = sp.job_sequences(path, sp.window({"schedule": "ZBV"}))
+    assert [(k, c) for k, c, _, _ in seq[0][2]] == [("forward", 0), ("forward", 0), ("backward_w", 0),
+                                                     ("send_forward", 0), ("forward", 0)]
+    blocks, cold = sp.warm_and_cold([(sp.V_BLOCK, [seq])], job=0.0)
+    # F: warm 0.6 ms (the second), cold (1.0 + 1.0) / 2 = 1.0: 0.4 more; W: one mean, no extra
+    assert blocks[0][0] == pytest.approx(0.6) and cold[0][0] == pytest.approx(0.4)
+    assert blocks[0][2] == pytest.approx(2.0) and cold[0][2] == 0.0
+    # the step: 10 ms window, jobs span 1.0 -> 5.7 ms
+    assert sp.step_overhead_ms([[*seq]]) == pytest.approx(10.0 - 4.7)
+
+
+def test_a_kind_seen_only_cold_in_a_block_takes_the_ratio_of_the_others(tmp_path):
+    # block 0 (rank 0, chunk 0): F warm 1.0 and cold 1.5; block 3 (rank 0, chunk 1): F only cold, 3.0
+    jobs = [("forward0-0", 0, 1500), ("forward0-1", 1500, 1000), ("forward1-0", 2500, 3000)]
+    seq = sp.job_sequences(_trace(tmp_path, jobs), sp.window({"schedule": "ZBV"}))
+    blocks, cold = sp.warm_and_cold([(sp.V_BLOCK, [seq])], job=0.0)
+    # pooled cold / warm = mean(1.5, 3.0) / 1.0 = 2.25: block 3's warm F is 3.0 / 2.25
+    assert blocks[3][0] == pytest.approx(3.0 / 2.25) and cold[3][0] == pytest.approx(3.0 - 3.0 / 2.25)
+
