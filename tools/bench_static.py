@@ -32,7 +32,9 @@ before it on the core; with 32 or more the matmuls' arithmetic dominates (docs/s
 The prediction is :func:`paddle_ext.passes.static.job_model.simulate_static`'s makespan over
 FThenB's: the schedule as the Engine runs it (jobs merged as the pass merges them, Paddle's own
 FThenB/1F1B/VPP with their messages inside their jobs, non-blocking sends), with the costs
-``tools/static_profile.py`` measures first in one profiled launch (per block F, I, W; the
+``tools/static_profile.py`` measures first in one profiled launch (per block warm F, I, W, B and
+what a job costs more when its block's weights or gradients are cold, which the simulator
+charges by the order of each schedule's jobs; the Engine's fixed cost per step; the
 executor's cost per job; a send's cost; a message's latency). ``--unit`` predicts with unit costs instead (F = I =
 W = 1 per stage, 1/2 per chunk of a two-chunk schedule; no runtime costs), as before.
 """
@@ -79,12 +81,14 @@ def predicted(mode: str, schedule: str, meshes, pp: int, m: int, chunks: int, pr
         cost = 1.0 / chunks
         return simulate_static(schedule, pp, m, chunks, costs=StaticCosts(cost, cost, cost)).makespan
     per_stage = {s: Costs(*fiw) for s, fiw in stage_costs(profile["blocks"], meshes, chunks).items()}
-    cold = ({s: Costs(*fiw) for s, fiw in stage_costs(profile["cold"], meshes, chunks).items()}
-            if "cold" in profile else None)
+    cold: dict = {}
+    for state, blocks in profile.get("cold", {}).items():
+        for s, fiw in stage_costs(blocks, meshes, chunks).items():
+            cold.setdefault(s, {})[state] = Costs(*fiw)
     costs = StaticCosts(1.0, 1.0, 1.0, job=profile["job"], message=profile["message"], latency=profile["latency"],
                         step=profile.get("step", 0.0))
     return simulate_static(schedule, pp, m, chunks, costs=costs, paddle_pass=mode in PADDLE_PASSES,
-                           stage_costs=per_stage, cold=cold).makespan
+                           stage_costs=per_stage, cold=cold or None).makespan
 
 
 #: ``--binding`` -> run_ranks's pin_cpus; the launch of ``both`` binds the compute only, then
@@ -321,10 +325,11 @@ def _profiles(args) -> dict:
         prof = run_profile(args.hidden, args.acc, env=None if args.glibc_default else MALLOC_ENV, binding=binding,
                            rows=args.rows)
         blocks = ", ".join(f"{b}: " + "/".join(f"{x:.3f}" for x in fiw) for b, fiw in sorted(prof["blocks"].items()))
-        cold = ", ".join(f"{b}: " + "/".join(f"{x:.3f}" for x in fiw) for b, fiw in sorted(prof.get("cold", {}).items()))
+        cold = "; ".join(f"{state} " + ", ".join(f"{b}: " + "/".join(f"{x:.3f}" for x in fiw) for b, fiw in sorted(blocks.items()))
+                         for state, blocks in prof.get("cold", {}).items())
         print(f"profile, {binding} binding (ms): job {prof['job']:.3f}, send {prof['message']:.3f}, latency "
               f"{prof['latency']:.3f} (mean hand-off; median {prof['latency_median']:.3f} when the receive waits), "
-              f"step {prof.get('step', 0.0):.3f}, warm F/I/W/B per block {blocks}; cold adds {cold}")
+              f"step {prof.get('step', 0.0):.3f}, warm F/I/W/B per block {blocks}; cold adds: {cold}")
         out[binding] = prof
     return out
 

@@ -1,11 +1,12 @@
 """Profile the static Engine's jobs: what ``tools/bench_static.py`` gives the simulator.
 
-One 2-rank launch trains the benchmark's MLP with one job per action (no merge) under two
-schedules, one step of each in turn (so that a change in the machine's other load hits both alike:
-the split backward of one and the full backward of the other are compared from the same
+One 2-rank launch trains the benchmark's MLP with one job per action (no merge) under three
+schedules, one step of each in turn (so that a change in the machine's other load hits all alike:
+the split backward of one and the full backward of the others are compared from the same
 seconds), ``paddle.profiler`` on for the rounds after the second: ZBV (backward split
-into I and W; layer meshes [0, 1, 1, 0]) and paddle-ext's VPP (``IR_VPP``, full backward; layer
-meshes [0, 1, 0, 1]); both run one block per stage. Paddle's executor records one event per job
+into I and W; layer meshes [0, 1, 1, 0]), paddle-ext's VPP (``IR_VPP``, full backward; layer
+meshes [0, 1, 0, 1]) and LoopedBFS (the same layers, each chunk's forwards, then its backwards,
+back to back); all run one block per stage. Paddle's executor records one event per job
 (``<job type>-<micro-batch>``) and one per op, so for every job: its time, the time of the ops
 inside it, and the rest, the executor's fixed cost of a job. From them:
 
@@ -25,9 +26,11 @@ inside it, and the rest, the executor's fixed cost of a job. From them:
   the sums over its blocks (:func:`stage_costs`); a schedule without the split runs ``B``, which
   is not ``I + W`` (two matmuls in one ``matmul_grad`` op, no deferred gradient kept alive).
   ``F``, ``I`` and ``B`` are the means of the *warm* jobs (the rank's job before touched the same
-  block's weights: ``job_model.cold_actions``) and ``cold`` per block what a cold one costs more
-  (:func:`warm_and_cold`); ``W`` is one mean, order-free (it writes the gradient buffer only W
-  touches, and its cold and warm times do not differ in the profiles);
+  state of the same block: ``job_model.cold_states``) and ``cold`` per state (weights,
+  gradients) and block what a job costs more when that state is cold (:func:`warm_and_cold`);
+  a third schedule, LoopedBFS (every forward of a chunk, then its backwards), gives the full
+  backward after a backward of its block (both states warm, as FThenB runs it); ``W`` is one
+  mean, order-free (its cold and warm times do not differ in the profiles);
 * ``step``: the Engine's fixed cost per step outside its micro-batch jobs (feeding the batch, the
   optimizer, fetching the loss): ``profile_static.step_overhead_ms`` over both schedules' steps.
 
@@ -91,8 +94,8 @@ def costs_from(traces, full_traces=None, sequences=None) -> dict:
     """The figures (module doc) in milliseconds from the two ranks' :func:`job_times` under ZBV
     (``traces``) and under IR_VPP (``full_traces``: each block's full backward ``B``; without
     them a block's ``B`` is its ``I + W``); with ``sequences`` (``{"ZBV": per-rank
-    job_sequences, "IR_VPP": ...}``) also ``cold`` and ``step``, and ``blocks`` the warm jobs'
-    (:func:`warm_and_cold`)."""
+    job_sequences, "IR_VPP": ..., "LoopedBFS": ...}``) also ``cold`` and ``step``, and ``blocks``
+    the warm jobs' (:func:`warm_and_cold`)."""
     compute = COMPUTE_JOBS
     job = job_overhead_ms(traces)
 
@@ -113,7 +116,7 @@ def costs_from(traces, full_traces=None, sequences=None) -> dict:
            "latency": statistics.mean(waits) / 1000 if waits else 0.0,
            "latency_median": statistics.median(first) / 1000 if first else 0.0, "blocks": blocks}
     if sequences:
-        block_of = {"ZBV": V_BLOCK, "IR_VPP": LOOP_BLOCK}
+        block_of = {"ZBV": V_BLOCK, "IR_VPP": LOOP_BLOCK, "LoopedBFS": LOOP_BLOCK}
         out["blocks"], out["cold"] = warm_and_cold([(block_of[k], v) for k, v in sequences.items()], job)
         out["step"] = step_overhead_ms([seq for per_rank in sequences.values() for seq in per_rank])
     return out
@@ -121,16 +124,22 @@ def costs_from(traces, full_traces=None, sequences=None) -> dict:
 
 #: a profiled job's kind as the simulator names it
 KINDS = {"forward": "F", "backward_b": "I", "backward_w": "W", "backward": "B"}
+#: per kind, its states cold from none to all in the order each is added (``job_model.cold_states``);
+#: W is order-free: its cold and warm times do not differ in the profiles
+LEVELS = {"F": ((), ("weights",)), "I": ((), ("weights",)), "W": ((),),
+          "B": ((), ("gradients",), ("gradients", "weights"))}
 
 
 def warm_and_cold(profiled, job: float) -> tuple:
-    """``(blocks, cold)``: per block the warm ``[F, I, W, B]`` (ms, less ``job``) and what a cold
-    job costs more (``W``'s is 0: one order-free mean), from ``[(the block of each (rank,
-    chunk), per-rank job_sequences), ...]`` of the profiled schedules (every job one action). A block with
-    only warm or only cold jobs of a kind takes the other from the kind's ratio of cold to
-    warm over all blocks; a kind never seen cold (or warm) gets no extra."""
+    """``(blocks, cold)``: per block the warm ``[F, I, W, B]`` (ms, less ``job``), and ``cold =
+    {state: {block: [F, I, W, B]}}`` what a job costs more when that state of its block is cold,
+    from ``[(the block of each (rank, chunk), per-rank job_sequences), ...]`` of the profiled
+    schedules (every job one action). The blocks are alike, so each kind's levels
+    (:data:`LEVELS`) are ratios to its warm level pooled over every block's jobs; a block's warm
+    cost is the mean of its jobs each divided by its level's ratio, and a state's extra is that
+    times the step in ratio the state adds (never below 0). A level no job ran at adds nothing."""
     from paddle_ext.passes.schedule_ir import Action, Kind
-    from paddle_ext.passes.static.job_model import cold_actions
+    from paddle_ext.passes.static.job_model import cold_states
 
     seen: dict = {}
     for block_of, per_rank in profiled:
@@ -138,30 +147,27 @@ def warm_and_cold(profiled, job: float) -> tuple:
             for _, _, jobs in steps:
                 comp = [(KINDS[k], c, us / 1000) for k, c, _, us in jobs if k in KINDS]
                 acts = [Action(c, Kind[kind], 0) for kind, c, _ in comp]
-                for (kind, c, ms), cold in zip(comp, cold_actions(acts, split=True)):
-                    seen.setdefault((kind, block_of[(rank, c)], cold and kind != "W"), []).append(max(0.0, ms - job))
-
-    def mean(values):
-        return statistics.mean(values) if values else None
-
-    def pooled(kind, cold):
-        return mean([x for (k, _, c), v in seen.items() if k == kind and c == cold for x in v])
-
-    blocks, cold = {}, {}
-    for b in sorted({b for _, b, _ in seen}):
-        blocks[b], cold[b] = [], []
-        for kind in "FIWB":
-            warm, hot_miss = mean(seen.get((kind, b, False), [])), mean(seen.get((kind, b, True), []))
-            pw, pc = pooled(kind, False), pooled(kind, True)
-            ratio = pc / pw if pw and pc else 1.0
-            if warm is None and hot_miss is None:
-                warm = hot_miss = 0.0
-            elif warm is None:
-                warm = hot_miss / ratio
-            elif hot_miss is None:
-                hot_miss = warm * ratio
-            blocks[b].append(warm)
-            cold[b].append(max(0.0, hot_miss - warm))
+                for (kind, c, ms), states in zip(comp, cold_states(acts, split=True)):
+                    level = () if kind == "W" else tuple(sorted(states))
+                    seen.setdefault((kind, block_of[(rank, c)], level), []).append(max(0.0, ms - job))
+    blocks_seen = sorted({b for _, b, _ in seen})
+    blocks = {b: [0.0] * 4 for b in blocks_seen}
+    cold: dict = {"weights": {b: [0.0] * 4 for b in blocks_seen}, "gradients": {b: [0.0] * 4 for b in blocks_seen}}
+    for i, kind in enumerate("FIWB"):
+        pooled = {lv: statistics.mean(x for b in blocks_seen for x in seen.get((kind, b, lv), []))
+                  for lv in LEVELS[kind] if any((kind, b, lv) in seen for b in blocks_seen)}
+        levels = [lv for lv in LEVELS[kind] if lv in pooled]
+        if not levels or not pooled[levels[0]]:
+            continue
+        ratio = {lv: pooled[lv] / pooled[levels[0]] for lv in levels}
+        for b in blocks_seen:
+            normal = [x / ratio[lv] for lv in levels for x in seen.get((kind, b, lv), [])]
+            if not normal:
+                continue
+            blocks[b][i] = warm = statistics.mean(normal)
+            for lower, upper in zip(levels, levels[1:]):
+                for state in set(upper) - set(lower):
+                    cold[state][b][i] = max(0.0, warm * (ratio[upper] - ratio[lower]))
     return blocks, cold
 
 
@@ -200,7 +206,8 @@ def profile(hidden: int, acc: int, steps: int = 10, timeout: int = 600, env=None
     out_dir = tempfile.mkdtemp(prefix="static_profile_")
     common = {"acc": acc, "steps": steps, "vpp": 2, "hidden": hidden, "batch": rows * acc}
     cfgs = [dict(common, schedule="ZBV", layer_meshes=[0, 1, 1, 0]),
-            dict(common, schedule="IR_VPP", layer_meshes=[0, 1, 0, 1])]
+            dict(common, schedule="IR_VPP", layer_meshes=[0, 1, 0, 1]),
+            dict(common, schedule="LoopedBFS", layer_meshes=[0, 1, 0, 1])]
     results = run_ranks(me.profile_rank, nproc=2, args=(cfgs, out_dir), timeout=timeout, pin_cpus=PIN[binding],
                         env=env, log_dir=os.path.join(out_dir, "logs"))
     return costs_from([job_times(r[0]["trace"], r[0]["window"]) for r in results],

@@ -20,13 +20,13 @@ Paddle's VPP runs a backward's ``send_backward`` job after the next forward's ``
 job: ``paddle_pass=True`` times them that way (:func:`paddle_job_order`).
 
 A job's compute also depends on what ran before it on the rank (``cold``): with micro-batches
-of a few rows every job is bound by reading its stage's weights (or writing its weight
-gradients), which are still in the cache when the rank's previous compute job touched the same
-state of the same stage (:func:`cold_actions`: a forward or an input backward reads the
-weights, a weight backward writes their gradients, a full backward does both) and must come
-from memory otherwise. ``cold`` gives per stage what a cold action costs over the warm one
-``stage_costs`` gives: Paddle's FThenB (its forwards back to back, then its backwards) runs
-almost all warm, a zero-bubble schedule's forward after a W of its stage runs cold.
+of a few rows every job is bound by reading its stage's weights (a forward, an input
+backward) or its weight gradients' buffer (a weight backward), a full backward both, and each
+is still in the cache when the rank's previous compute job touched it (:func:`cold_states`).
+``cold`` gives per stage and state what an action costs more when that state is cold, over the
+warm cost ``stage_costs`` gives: Paddle's FThenB (forwards back to back, then backwards) runs
+almost all warm, a zero-bubble schedule's forward after a W of its stage reads cold weights,
+and a full backward after a forward finds the gradients cold.
 
 The figures come from a profile of the real Engine (``tools/bench_static.py --profile``: the
 executor's per-job events under ``paddle.profiler``). How far the simulated ratios between
@@ -55,7 +55,7 @@ from paddle_ext.passes.stage_placement import stages_on_rank
 from paddle_ext.passes.static.jobs import JOB_OF_KIND, rank_schedule, uses_split
 from paddle_ext.passes.static.merge import alone_types, groups
 
-__all__ = ["PADDLE_PASSES", "StaticCosts", "simulate_static", "action_jobs", "cold_actions", "paddle_job_order"]
+__all__ = ["PADDLE_PASSES", "StaticCosts", "simulate_static", "action_jobs", "cold_states", "paddle_job_order"]
 
 COMM = (Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B)
 SENDS = (Kind.SEND_F, Kind.SEND_B)
@@ -172,14 +172,15 @@ def _extra(name: str, lowered, rank: int, n_chunks: int, split: bool, costs: Sta
 def simulate_static(name: str, pp_degree: int, n_microbatches: int, n_chunks: Optional[int] = None, *,
                     costs: StaticCosts, merge: bool = True, paddle_pass: bool = False,
                     stage_costs: Optional[Mapping[int, Costs]] = None,
-                    cold: Optional[Mapping[int, Costs]] = None) -> SimulationResult:
+                    cold: Optional[Mapping[int, Mapping[str, Costs]]] = None) -> SimulationResult:
     """Simulate schedule ``name`` as the static Engine runs it (module doc): ``merge`` as
     ``passes.static.passes.MERGE_JOBS`` (merged jobs pay ``costs.job`` once), ``paddle_pass``
     for Paddle's own FThenB/1F1B/VPP passes. ``stage_costs`` overrides the compute per stage;
-    ``cold`` adds, per stage, what an action costs more when :func:`cold_actions` finds it cold.
+    ``cold`` (``{stage: {"weights": Costs, "gradients": Costs}}``) adds what an action costs
+    more for each of its states :func:`cold_states` finds cold.
 
     >>> warm = StaticCosts(forward=1, backward_input=1, backward_weight=1)
-    >>> extra = {0: Costs(1, 0, 0), 1: Costs(1, 0, 0)}   # a cold forward costs 2
+    >>> extra = {s: {"weights": Costs(1, 0, 0)} for s in (0, 1)}   # a forward on cold weights costs 2
     >>> # FThenB: each rank's first forward is cold (one per rank on the critical path), the rest warm
     >>> simulate_static("FThenB", 2, 4, costs=warm, cold=extra).makespan - simulate_static("FThenB", 2, 4, costs=warm).makespan
     2.0
@@ -193,15 +194,16 @@ def simulate_static(name: str, pp_degree: int, n_microbatches: int, n_chunks: Op
     if cold:
         for r, times in extra.items():
             actions = [a for a in lowered[r] if a is not None]
-            for i, (a, is_cold) in enumerate(zip(actions, cold_actions(lowered[r], split))):
-                if is_cold and a.stage in cold:
-                    times[i] += cold[a.stage].of(_run_kind(a.kind, split))
+            for i, (a, states) in enumerate(zip(actions, cold_states(lowered[r], split))):
+                for state in states:
+                    if state in cold.get(a.stage, {}):
+                        times[i] += cold[a.stage][state].of(_run_kind(a.kind, split))
     result = simulate_schedule(lowered, costs.compute(), comm_latency=costs.latency, blocking_sends=False,
                                recv="rendezvous", extra=extra, stage_costs=stage_costs)
     return dataclasses.replace(result, makespan=result.makespan + costs.step) if costs.step else result
 
 
-#: what a compute action reads or writes of its stage's state (:func:`cold_actions`)
+#: what a compute action reads or writes of its stage's state (:func:`cold_states`)
 TOUCHES = {Kind.F: frozenset({"weights"}), Kind.I: frozenset({"weights"}), Kind.W: frozenset({"gradients"}),
            Kind.B: frozenset({"weights", "gradients"})}
 
@@ -211,16 +213,16 @@ def _run_kind(kind: Kind, split: bool) -> Kind:
     return Kind.B if kind is Kind.I and not split else kind
 
 
-def cold_actions(actions, split: bool) -> List[bool]:
-    """Per action of one rank's ``actions`` (idle slots dropped): True for a compute action whose
-    stage state (:data:`TOUCHES`) the rank's previous compute action did not touch (it ran
-    another stage, other state of this one, or none ran before it in the step); messages and a
-    ``W`` that does not run (no split) are False and leave the previous action as it was.
+def cold_states(actions, split: bool) -> List[frozenset]:
+    """Per action of one rank's ``actions`` (idle slots dropped): the states of its stage it
+    touches (:data:`TOUCHES`) that the rank's previous compute action did not (all of them
+    when that ran another stage, or none ran before it in the step); empty for messages and for
+    a ``W`` that does not run (no split), which leave the previous action as it was.
 
     >>> from paddle_ext.passes.schedule_ir import Action
-    >>> acts = [Action(0, Kind.F, 0), Action(0, Kind.F, 1), Action(0, Kind.I, 0), Action(0, Kind.W, 0), Action(0, Kind.F, 2)]
-    >>> cold_actions(acts, split=True)
-    [True, False, False, True, True]
+    >>> acts = [Action(0, Kind.F, 0), Action(0, Kind.F, 1), Action(0, Kind.B, 0), Action(0, Kind.B, 1), Action(0, Kind.F, 2)]
+    >>> [sorted(s) for s in cold_states(acts, split=False)]
+    [['weights'], [], ['gradients'], [], []]
     """
     out, before = [], None
     for a in actions:
@@ -228,8 +230,9 @@ def cold_actions(actions, split: bool) -> List[bool]:
             continue
         kind = _run_kind(a.kind, split)
         if kind not in TOUCHES or (kind is Kind.W and not split):
-            out.append(False)
+            out.append(frozenset())
             continue
-        out.append(before is None or before[0] != a.stage or not (TOUCHES[kind] & TOUCHES[before[1]]))
+        seen = TOUCHES[before[1]] if before is not None and before[0] == a.stage else frozenset()
+        out.append(TOUCHES[kind] - seen)
         before = (a.stage, kind)
     return out

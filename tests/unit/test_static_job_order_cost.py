@@ -8,7 +8,7 @@ import pytest
 
 from paddle_ext.passes import Costs
 from paddle_ext.passes.schedule_ir import Action, Kind
-from paddle_ext.passes.static.job_model import StaticCosts, cold_actions, simulate_static
+from paddle_ext.passes.static.job_model import StaticCosts, cold_states, simulate_static
 from paddle_ext.passes.static.jobs import rank_schedule
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
@@ -20,47 +20,60 @@ UNIT = StaticCosts(forward=1, backward_input=1, backward_weight=1)
 def _compute(name, rank, p=2, m=4):
     _, lowered, _ = rank_schedule(name, p, m)
     acts = [a for a in lowered[rank] if a is not None]
-    return acts, cold_actions(lowered[rank], split=any(a.kind is Kind.W for a in acts))
+    return acts, cold_states(lowered[rank], split=any(a.kind is Kind.W for a in acts))
 
 
-def test_fthenb_runs_warm_after_each_ranks_first_forward_and_first_backward_reads_the_same_weights():
+W, G = frozenset({"weights"}), frozenset({"gradients"})
+
+
+def test_fthenb_runs_warm_after_each_ranks_first_forward_and_first_backward():
     acts, cold = _compute("FThenB", 0)
-    computed = [(str(a), c) for a, c in zip(acts, cold) if a.kind not in (Kind.SEND_F, Kind.RECV_B)]
-    # forwards back to back: only the first is cold; a full backward reads the weights a forward read
-    assert [c for _, c in computed] == [True] + [False] * 7
+    computed = [c for a, c in zip(acts, cold) if a.kind not in (Kind.SEND_F, Kind.RECV_B)]
+    # forwards back to back: only the first reads cold weights; the first full backward finds
+    # the weights a forward read but the gradients cold; the backwards after it all warm
+    assert computed == [W] + [frozenset()] * 3 + [G] + [frozenset()] * 3
 
 
-def test_zbh1s_forward_after_a_weight_backward_is_cold():
+def test_zbh1s_forward_after_a_weight_backward_reads_cold_weights():
     acts, cold = _compute("ZBH1", 1, m=6)
     pairs = [(a, c) for a, c in zip(acts, cold) if a.kind in (Kind.F, Kind.I, Kind.W)]   # messages between
     after_w = [c for (a, _), (b, c) in zip(pairs, pairs[1:]) if a.kind is Kind.W and b.kind is Kind.F]
-    assert after_w and all(after_w)
+    assert after_w and all(c == W for c in after_w)
     # an input backward right after a forward of the same stage reads the same weights: warm
     after_f = [c for (a, _), (b, c) in zip(pairs, pairs[1:]) if a.kind is Kind.F and b.kind is Kind.I]
     assert after_f and not any(after_f)
+    # a W after an I of its stage: the gradients were not touched since the last W
+    after_i = [c for (a, _), (b, c) in zip(pairs, pairs[1:]) if a.kind is Kind.I and b.kind is Kind.W]
+    assert after_i and all(c == G for c in after_i)
 
 
 def test_another_stage_in_between_makes_the_next_job_cold():
     acts = [Action(0, Kind.F, 0), Action(3, Kind.F, 0), Action(0, Kind.F, 1), Action(0, Kind.SEND_F, 1),
             Action(0, Kind.F, 2)]
-    assert cold_actions(acts, split=True) == [True, True, True, False, False]
+    assert cold_states(acts, split=True) == [W, W, W, frozenset(), frozenset()]
+    assert cold_states([Action(0, Kind.F, 0), Action(3, Kind.B, 0)], split=False)[1] == W | G
 
 
 def test_without_the_split_an_input_backward_is_the_full_one_and_w_does_not_run():
     acts = [Action(0, Kind.F, 0), Action(0, Kind.I, 0), Action(0, Kind.W, 0), Action(0, Kind.F, 1)]
-    # I runs as the full backward (weights and gradients), W not at all: the next F reads warm weights
-    assert cold_actions(acts, split=False) == [True, False, False, False]
-    assert cold_actions(acts, split=True) == [True, False, True, True]
+    # I runs as the full backward (its gradients cold after a forward), W not at all
+    assert cold_states(acts, split=False) == [W, G, frozenset(), frozenset()]
+    assert cold_states(acts, split=True) == [W, frozenset(), G, W]
 
 
 def test_cold_costs_add_only_where_the_order_is_cold():
-    extra = {0: Costs(0.5, 0, 0), 1: Costs(0.5, 0, 0)}
+    extra = {s: {"weights": Costs(0.5, 0, 0)} for s in (0, 1)}
     warm_f = simulate_static("FThenB", 2, 8, costs=UNIT).makespan
     # FThenB: one cold forward per rank, both on the critical path
     assert simulate_static("FThenB", 2, 8, costs=UNIT, cold=extra).makespan == pytest.approx(warm_f + 1.0)
     zbh1, zbh1_cold = (simulate_static("ZBH1", 2, 8, costs=UNIT).makespan,
                        simulate_static("ZBH1", 2, 8, costs=UNIT, cold=extra).makespan)
     assert zbh1_cold - zbh1 > 1.0   # its steady forwards follow a W: cold
+    # a full backward's cold gradients: FThenB pays one per rank, 1F1B one per micro-batch
+    grads = {s: {"gradients": Costs(0, 0, 0, 2.0)} for s in (0, 1)}
+    assert simulate_static("FThenB", 2, 8, costs=UNIT, cold=grads).makespan == pytest.approx(warm_f + 4.0)
+    one_f_one_b = simulate_static("1F1B", 2, 8, costs=UNIT).makespan
+    assert simulate_static("1F1B", 2, 8, costs=UNIT, cold=grads).makespan - one_f_one_b >= 8 * 2.0
 
 
 def test_the_step_cost_adds_once_to_every_schedule():
@@ -86,7 +99,7 @@ def _trace(tmp_path, jobs, step=(0, 10_000)):
 
 
 def test_the_profile_splits_warm_and_cold_jobs_and_measures_the_step_outside_them(tmp_path):
-    # rank 0 of ZBV: chunk 0 is block 0. F, F (warm: same weights), W (its own buffer), F (cold)
+    # rank 0 of ZBV: chunk 0 is block 0. F, F (warm: same weights), W (one mean), F (cold weights)
     jobs = [("forward0-0", 1000, 1000), ("forward0-1", 2000, 600), ("backward_w0-0", 2600, 2000),
             ("send_forward0-2", 4600, 100), ("forward0-2", 4700, 1000)]
     path = _trace(tmp_path, jobs)
@@ -94,18 +107,31 @@ def test_the_profile_splits_warm_and_cold_jobs_and_measures_the_step_outside_the
     assert [(k, c) for k, c, _, _ in seq[0][2]] == [("forward", 0), ("forward", 0), ("backward_w", 0),
                                                      ("send_forward", 0), ("forward", 0)]
     blocks, cold = sp.warm_and_cold([(sp.V_BLOCK, [seq])], job=0.0)
-    # F: warm 0.6 ms (the second), cold (1.0 + 1.0) / 2 = 1.0: 0.4 more; W: one mean, no extra
-    assert blocks[0][0] == pytest.approx(0.6) and cold[0][0] == pytest.approx(0.4)
-    assert blocks[0][2] == pytest.approx(2.0) and cold[0][2] == 0.0
+    # F: warm 0.6 ms (the second), cold weights (1.0 + 1.0) / 2 = 1.0: 0.4 more; W: one mean, no extra
+    assert blocks[0][0] == pytest.approx(0.6) and cold["weights"][0][0] == pytest.approx(0.4)
+    assert blocks[0][2] == pytest.approx(2.0) and cold["gradients"][0][2] == 0.0
     # the step: 10 ms window, jobs span 1.0 -> 5.7 ms
     assert sp.step_overhead_ms([[*seq]]) == pytest.approx(10.0 - 4.7)
 
 
-def test_a_kind_seen_only_cold_in_a_block_takes_the_ratio_of_the_others(tmp_path):
-    # block 0 (rank 0, chunk 0): F warm 1.0 and cold 1.5; block 3 (rank 0, chunk 1): F only cold, 3.0
+def test_a_full_backward_is_warm_after_a_backward_and_pays_each_cold_state(tmp_path):
+    # LoopedBFS-like rank 0 (loop placement: chunk 0 is block 0, chunk 1 block 2): F0, B0 (cold
+    # gradients: 3.0), B0 (warm: 2.0), F1 (another block: cold weights), B0 (both cold: 3.5)
+    jobs = [("forward0-0", 0, 1000), ("backward0-0", 1000, 3000), ("backward0-1", 4000, 2000),
+            ("forward1-0", 6000, 1000), ("backward0-2", 7000, 3500)]
+    seq = sp.job_sequences(_trace(tmp_path, jobs), sp.window({"schedule": "ZBV"}))
+    blocks, cold = sp.warm_and_cold([(sp.LOOP_BLOCK, [seq])], job=0.0)
+    assert blocks[0][3] == pytest.approx(2.0)
+    assert cold["gradients"][0][3] == pytest.approx(1.0) and cold["weights"][0][3] == pytest.approx(0.5)
+
+
+def test_the_cold_to_warm_ratio_is_pooled_over_the_blocks(tmp_path):
+    # block 0 (rank 0, chunk 0): F cold 1.5 then warm 1.0; block 3 (rank 0, chunk 1): F only cold, 3.0
     jobs = [("forward0-0", 0, 1500), ("forward0-1", 1500, 1000), ("forward1-0", 2500, 3000)]
     seq = sp.job_sequences(_trace(tmp_path, jobs), sp.window({"schedule": "ZBV"}))
     blocks, cold = sp.warm_and_cold([(sp.V_BLOCK, [seq])], job=0.0)
-    # pooled cold / warm = mean(1.5, 3.0) / 1.0 = 2.25: block 3's warm F is 3.0 / 2.25
-    assert blocks[3][0] == pytest.approx(3.0 / 2.25) and cold[3][0] == pytest.approx(3.0 - 3.0 / 2.25)
-
+    # pooled cold / warm = mean(1.5, 3.0) / 1.0 = 2.25; a block's warm F is the mean of its jobs
+    # each brought to warm: block 3 3.0 / 2.25, block 0 (1.5 / 2.25 + 1.0) / 2
+    assert blocks[3][0] == pytest.approx(3.0 / 2.25) and cold["weights"][3][0] == pytest.approx(3.0 - 3.0 / 2.25)
+    warm0 = (1.5 / 2.25 + 1.0) / 2
+    assert blocks[0][0] == pytest.approx(warm0) and cold["weights"][0][0] == pytest.approx(warm0 * 1.25)
