@@ -32,7 +32,7 @@ inside it, and the rest, the executor's fixed cost of a job. From them:
   backward after a backward of its block (both states warm, as FThenB runs it); ``W`` is one
   mean, order-free (its cold and warm times do not differ in the profiles);
 * ``step``: the Engine's fixed cost per step outside its micro-batch jobs (feeding the batch, the
-  optimizer, fetching the loss): ``profile_static.step_overhead_ms`` over both schedules' steps.
+  optimizer, fetching the loss): ``profile_static.step_overhead_ms`` over every profiled step.
 
     python tools/static_profile.py [--hidden 1024] [--acc 8] [--binding compute]   # the figures as JSON
 
@@ -128,6 +128,8 @@ KINDS = {"forward": "F", "backward_b": "I", "backward_w": "W", "backward": "B"}
 #: W is order-free: its cold and warm times do not differ in the profiles
 LEVELS = {"F": ((), ("weights",)), "I": ((), ("weights",)), "W": ((),),
           "B": ((), ("gradients",), ("gradients", "weights"))}
+#: a job shorter than this (ms) is empty (stage 0's input backward): no ratio is taken from it
+EMPTY_MS = 0.05
 
 
 def warm_and_cold(profiled, job: float) -> tuple:
@@ -135,9 +137,11 @@ def warm_and_cold(profiled, job: float) -> tuple:
     {state: {block: [F, I, W, B]}}`` what a job costs more when that state of its block is cold,
     from ``[(the block of each (rank, chunk), per-rank job_sequences), ...]`` of the profiled
     schedules (every job one action). The blocks are alike, so each kind's levels
-    (:data:`LEVELS`) are ratios to its warm level pooled over every block's jobs; a block's warm
-    cost is the mean of its jobs each divided by its level's ratio, and a state's extra is that
-    times the step in ratio the state adds (never below 0). A level no job ran at adds nothing."""
+    (:data:`LEVELS`) are ratios to its warm level: the ratio of the two means within each block
+    that ran both (not an empty job, as stage 0's input backward), averaged over those blocks by
+    their jobs at the level. A block's warm cost is the mean of its jobs, each divided by its
+    level's ratio; a state's extra is that times the step in ratio it adds (split evenly when a
+    step adds two; never below 0). A level no block ran beside the warm one adds nothing."""
     from paddle_ext.passes.schedule_ir import Action, Kind
     from paddle_ext.passes.static.job_model import cold_states
 
@@ -154,20 +158,25 @@ def warm_and_cold(profiled, job: float) -> tuple:
     blocks = {b: [0.0] * 4 for b in blocks_seen}
     cold: dict = {"weights": {b: [0.0] * 4 for b in blocks_seen}, "gradients": {b: [0.0] * 4 for b in blocks_seen}}
     for i, kind in enumerate("FIWB"):
-        pooled = {lv: statistics.mean(x for b in blocks_seen for x in seen.get((kind, b, lv), []))
-                  for lv in LEVELS[kind] if any((kind, b, lv) in seen for b in blocks_seen)}
-        levels = [lv for lv in LEVELS[kind] if lv in pooled]
-        if not levels or not pooled[levels[0]]:
-            continue
-        ratio = {lv: pooled[lv] / pooled[levels[0]] for lv in levels}
+        mean = {(b, lv): statistics.mean(seen[(kind, b, lv)]) for b in blocks_seen for lv in LEVELS[kind]
+                if (kind, b, lv) in seen}
+        base = LEVELS[kind][0]
+        ratio = {base: 1.0}
+        for lv in LEVELS[kind][1:]:   # within each block that ran both, weighted by its jobs at lv
+            pairs = [(len(seen[(kind, b, lv)]), mean[(b, lv)] / mean[(b, base)]) for b in blocks_seen
+                     if (b, lv) in mean and mean.get((b, base), 0.0) >= EMPTY_MS]
+            if pairs:
+                ratio[lv] = sum(n * r for n, r in pairs) / sum(n for n, _ in pairs)
+        levels = [lv for lv in LEVELS[kind] if lv in ratio]
         for b in blocks_seen:
             normal = [x / ratio[lv] for lv in levels for x in seen.get((kind, b, lv), [])]
             if not normal:
                 continue
             blocks[b][i] = warm = statistics.mean(normal)
             for lower, upper in zip(levels, levels[1:]):
-                for state in set(upper) - set(lower):
-                    cold[state][b][i] = max(0.0, warm * (ratio[upper] - ratio[lower]))
+                added = sorted(set(upper) - set(lower))
+                for state in added:
+                    cold[state][b][i] = max(0.0, warm * (ratio[upper] - ratio[lower])) / len(added)
     return blocks, cold
 
 

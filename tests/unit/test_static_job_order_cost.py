@@ -125,13 +125,14 @@ def test_a_full_backward_is_warm_after_a_backward_and_pays_each_cold_state(tmp_p
     assert cold["gradients"][0][3] == pytest.approx(1.0) and cold["weights"][0][3] == pytest.approx(0.5)
 
 
-def test_the_cold_to_warm_ratio_is_pooled_over_the_blocks(tmp_path):
-    # block 0 (rank 0, chunk 0): F cold 1.5 then warm 1.0; block 3 (rank 0, chunk 1): F only cold, 3.0
-    jobs = [("forward0-0", 0, 1500), ("forward0-1", 1500, 1000), ("forward1-0", 2500, 3000)]
+def test_a_block_seen_at_one_level_takes_the_ratio_of_the_blocks_that_ran_both(tmp_path):
+    # block 0 (rank 0, chunk 0): F cold 1.5 then warm 1.0; block 3 (rank 0, chunk 1): F only cold, 3.0;
+    # an empty input backward of block 0 (0.01 ms) gives no ratio
+    jobs = [("forward0-0", 0, 1500), ("forward0-1", 1500, 1000), ("backward_b0-0", 2500, 10),
+            ("forward1-0", 2510, 3000)]
     seq = sp.job_sequences(_trace(tmp_path, jobs), sp.window({"schedule": "ZBV"}))
     blocks, cold = sp.warm_and_cold([(sp.V_BLOCK, [seq])], job=0.0)
-    # pooled cold / warm = mean(1.5, 3.0) / 1.0 = 2.25; a block's warm F is the mean of its jobs
-    # each brought to warm: block 3 3.0 / 2.25, block 0 (1.5 / 2.25 + 1.0) / 2
-    assert blocks[3][0] == pytest.approx(3.0 / 2.25) and cold["weights"][3][0] == pytest.approx(3.0 - 3.0 / 2.25)
-    warm0 = (1.5 / 2.25 + 1.0) / 2
-    assert blocks[0][0] == pytest.approx(warm0) and cold["weights"][0][0] == pytest.approx(warm0 * 1.25)
+    # cold / warm = 1.5 / 1.0 in block 0, the one block that ran both: block 3's warm F is 3.0 / 1.5
+    assert blocks[3][0] == pytest.approx(2.0) and cold["weights"][3][0] == pytest.approx(1.0)
+    assert blocks[0][0] == pytest.approx(1.0) and cold["weights"][0][0] == pytest.approx(0.5)
+    assert blocks[0][1] == pytest.approx(0.01) and cold["weights"][0][1] == 0.0
