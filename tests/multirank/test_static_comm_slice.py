@@ -29,7 +29,7 @@ def _slices() -> dict:
             with open(f"/proc/self/task/{tid}/comm") as f:
                 name = f.read().strip()
             with open(f"/proc/self/task/{tid}/sched") as f:
-                line = next(x for x in f if x.startswith("se.slice"))
+                line = next(x for x in f.read().splitlines() if x.startswith("se.slice"))
         except (OSError, StopIteration):
             continue
         out[int(tid)] = (name, int(float(line.split(":")[1])))
