@@ -30,8 +30,8 @@ and a full backward after a forward finds the gradients cold.
 
 The figures come from a profile of the real Engine (``tools/bench_static.py --profile``: the
 executor's per-job events under ``paddle.profiler``). How far the simulated ratios between
-schedules follow the measured ones, and where they do not (4-row micro-batches, whose jobs' times
-depend on their order), is in docs/static_engine.md ("Seventh pass").
+schedules follow the measured ones, with and without the order's ``cold`` costs, is in
+docs/static_engine.md ("Seventh pass", "Eighth pass").
 
 >>> unit = StaticCosts(forward=1, backward_input=1, backward_weight=1, job=0.0, message=0.0)
 >>> simulate_static("1F1B", 2, 4, costs=unit).makespan == simulate_static("1F1B", 2, 4, costs=unit, merge=False).makespan
@@ -181,7 +181,9 @@ def simulate_static(name: str, pp_degree: int, n_microbatches: int, n_chunks: Op
 
     >>> warm = StaticCosts(forward=1, backward_input=1, backward_weight=1)
     >>> extra = {s: {"weights": Costs(1, 0, 0)} for s in (0, 1)}   # a forward on cold weights costs 2
-    >>> # FThenB: each rank's first forward is cold (one per rank on the critical path), the rest warm
+
+    FThenB: each rank's first forward is cold (one per rank on the critical path), the rest warm:
+
     >>> simulate_static("FThenB", 2, 4, costs=warm, cold=extra).makespan - simulate_static("FThenB", 2, 4, costs=warm).makespan
     2.0
     """
