@@ -26,8 +26,8 @@ as the median and range over the R launches (how far one launch's ratio can be t
 IR_VPP, paddle-ext's lowering of VPP's order, is measured beside Paddle's VPP pass.
 ``--rows`` is a micro-batch's rows (4 by default, as every pass before the seventh measured):
 with 4 rows each job is bound by reading its block's weight, so its time depends on what ran
-before it on the core; with 32 or more the matmuls' arithmetic dominates (docs/static_engine.md,
-"Seventh pass").
+before it on the core (the profile's cold costs); with 32 or more the matmuls' arithmetic
+dominates (docs/static_engine.md, "Seventh pass", "Eighth pass").
 
 The prediction is :func:`paddle_ext.passes.static.job_model.simulate_static`'s makespan over
 FThenB's: the schedule as the Engine runs it (jobs merged as the pass merges them, Paddle's own
