@@ -135,13 +135,26 @@ def profile_rank(cfgs, out_dir: str, build=build_mlp) -> list:
     return [{"trace": path, "window": window(cfg), "step_seconds": times} for cfg, (_, _, times) in zip(cfgs, models)]
 
 
+def _complete_events(trace_path: str) -> list:
+    """The complete (``"ph": "X"``) events of a Chrome trace file."""
+    with open(trace_path, encoding="utf-8") as f:
+        data = json.load(f)
+    return [e for e in (data["traceEvents"] if isinstance(data, dict) else data) if e.get("ph") == "X"]
+
+
+def _spans(events, name: str) -> list:
+    """``(start, end)`` us of the events called ``name`` (the profiled steps), in order."""
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].split("[")[0] == name)
+    if not spans:
+        raise ValueError(f"no profiler event {name!r} in the trace: the steps were not profiled")
+    return spans
+
+
 def _in_windows(events, name: str) -> list:
     """The events that start inside an event called ``name`` (all of them when ``name`` is None)."""
     if name is None:
         return events
-    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].split("[")[0] == name)
-    if not spans:
-        raise ValueError(f"no profiler event {name!r} in the trace: the steps were not profiled")
+    spans = _spans(events, name)
     starts = [lo for lo, _ in spans]
     out = []
     for e in events:
@@ -156,10 +169,7 @@ def job_times(trace_path: str, name: str = None) -> dict:
     ``"gloo_send"``/``"gloo_recv"``: their ``(start, end)`` us and ``"messages"``: ``{(send_X or
     recv_X, micro-batch): [(start, end)]}`` from a trace, from the steps inside the profiler
     events called ``name`` (:func:`window`) when given."""
-    with open(trace_path, encoding="utf-8") as f:
-        data = json.load(f)
-    events = _in_windows([e for e in (data["traceEvents"] if isinstance(data, dict) else data) if e.get("ph") == "X"],
-                         name)
+    events = _in_windows(_complete_events(trace_path), name)
     ops = sorted((e for e in events if _OP.match(e["name"])), key=lambda e: e["ts"])
     starts = [o["ts"] for o in ops]
     out: dict = {"send": [o["dur"] for o in ops if "gloo_send" in o["name"]], "messages": {},
@@ -183,12 +193,8 @@ def job_sequences(trace_path: str, name: str) -> list:
     """Per profiled step (each profiler event called ``name``, :func:`window`): ``(step start us,
     step end us, [(job kind, chunk, start us, us), ...])``, the step's micro-batch jobs (compute
     and messages) in the order they ran."""
-    with open(trace_path, encoding="utf-8") as f:
-        data = json.load(f)
-    events = [e for e in (data["traceEvents"] if isinstance(data, dict) else data) if e.get("ph") == "X"]
-    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].split("[")[0] == name)
-    if not steps:
-        raise ValueError(f"no profiler event {name!r} in the trace: the steps were not profiled")
+    events = _complete_events(trace_path)
+    steps = _spans(events, name)
     jobs = sorted((e["ts"], e["dur"], found.group(1), int(found.group(2))) for e in events
                   for found in [_JOB.match(e["name"])] if found)
     return [(lo, hi, [(kind, chunk, ts, dur) for ts, dur, kind, chunk in jobs if lo <= ts <= hi]) for lo, hi in steps]
