@@ -20,17 +20,16 @@ inside it, and the rest, the executor's fixed cost of a job. From them:
   which under ``--binding process`` share the sender's core with its compute, and waits for them
   (up to a scheduler slice) are a long tail the step pays in full; ``latency_median`` is the fast
   case alone;
-* per block: the mean ``F``, ``I`` and ``W`` job times of ZBV and the mean full backward ``B``
-  of IR_VPP, each less ``job`` (the mean, not the median: the times are skewed, a few jobs run
-  much longer on a shared core, and the step pays for them all). A schedule's stage costs are
-  the sums over its blocks (:func:`stage_costs`); a schedule without the split runs ``B``, which
-  is not ``I + W`` (two matmuls in one ``matmul_grad`` op, no deferred gradient kept alive).
-  ``F``, ``I`` and ``B`` are the means of the *warm* jobs (the rank's job before touched the same
-  state of the same block: ``job_model.cold_states``) and ``cold`` per state (weights,
-  gradients) and block what a job costs more when that state is cold (:func:`warm_and_cold`);
-  a third schedule, LoopedBFS (every forward of a chunk, then its backwards), gives the full
-  backward after a backward of its block (both states warm, as FThenB runs it); ``W`` is one
-  mean, order-free (its cold and warm times do not differ in the profiles);
+* per block: the mean ``F``, ``I``, ``W`` and full backward ``B`` of its *warm* jobs (the rank's
+  job before touched the same state of the same block: ``job_model.cold_states``), each less
+  ``job`` (means, not medians: the times are skewed, a few jobs run much longer on a shared
+  core, and the step pays for them all), and ``cold``, per state (weights, gradients) and block,
+  what a job costs more when that state is cold (:func:`warm_and_cold`). ZBV gives ``F``, ``I``
+  and ``W``, IR_VPP and LoopedBFS the full backward (after a forward, after another block's job,
+  and in LoopedBFS after a backward of its block: both states warm, as FThenB runs it), which is
+  not ``I + W`` (two matmuls in one ``matmul_grad`` op, no deferred gradient kept alive); ``W``
+  is one mean, order-free (its cold and warm times do not differ in the profiles). A schedule's
+  stage costs are the sums over its blocks (:func:`stage_costs`);
 * ``step``: the Engine's fixed cost per step outside its micro-batch jobs (feeding the batch, the
   optimizer, fetching the loss): ``profile_static.step_overhead_ms`` over every profiled step.
 
@@ -54,7 +53,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "multirank"))
 
 # the trace readers ``paddle-ext profile --static`` uses for the static Engine's runtime costs
 from paddle_ext.plan import profile_static  # noqa: E402
-from paddle_ext.plan.profile_static import (COMPUTE_JOBS, handoffs, job_overhead_ms, job_sequences, job_times,  # noqa: E402,F401
+from paddle_ext.plan.profile_static import (handoffs, job_overhead_ms, job_sequences, job_times,  # noqa: E402,F401
                                             step_overhead_ms, window)
 
 #: glibc malloc settings for the ranks (``--glibc-default`` in bench_static.py drops them): one arena,
@@ -90,36 +89,19 @@ def latencies(traces) -> list:
     return out
 
 
-def costs_from(traces, full_traces=None, sequences=None) -> dict:
+def costs_from(traces, sequences) -> dict:
     """The figures (module doc) in milliseconds from the two ranks' :func:`job_times` under ZBV
-    (``traces``) and under IR_VPP (``full_traces``: each block's full backward ``B``; without
-    them a block's ``B`` is its ``I + W``); with ``sequences`` (``{"ZBV": per-rank
-    job_sequences, "IR_VPP": ..., "LoopedBFS": ...}``) also ``cold`` and ``step``, and ``blocks``
-    the warm jobs' (:func:`warm_and_cold`)."""
-    compute = COMPUTE_JOBS
+    (``traces``: ``job``, ``message``, ``latency``) and ``{"ZBV": per-rank job_sequences,
+    "IR_VPP": ..., "LoopedBFS": ...}`` (``sequences``: ``blocks``, ``cold``, ``step``)."""
     job = job_overhead_ms(traces)
-
-    def mean_job(t, kind, chunk):
-        return max(0.0, statistics.mean(j for j, _ in t.get((kind, chunk), [(0.0, 0.0)])) / 1000 - job)
-
-    blocks = {}
-    for rank, t in enumerate(traces):
-        for chunk in (0, 1):
-            fig = [mean_job(t, kind, chunk) for kind in compute]
-            blocks[V_BLOCK[(rank, chunk)]] = fig + [fig[1] + fig[2]]
-    for rank, t in enumerate(full_traces or ()):
-        for chunk in (0, 1):
-            blocks[LOOP_BLOCK[(rank, chunk)]][3] = mean_job(t, "backward", chunk)
     sends = [d for t in traces for d in t["send"]]
     waits, first = handoffs(traces), latencies(traces)
-    out = {"job": job, "message": statistics.median(sends) / 1000 if sends else 0.0,
-           "latency": statistics.mean(waits) / 1000 if waits else 0.0,
-           "latency_median": statistics.median(first) / 1000 if first else 0.0, "blocks": blocks}
-    if sequences:
-        block_of = {"ZBV": V_BLOCK, "IR_VPP": LOOP_BLOCK, "LoopedBFS": LOOP_BLOCK}
-        out["blocks"], out["cold"] = warm_and_cold([(block_of[k], v) for k, v in sequences.items()], job)
-        out["step"] = step_overhead_ms([seq for per_rank in sequences.values() for seq in per_rank])
-    return out
+    block_of = {"ZBV": V_BLOCK, "IR_VPP": LOOP_BLOCK, "LoopedBFS": LOOP_BLOCK}
+    blocks, cold = warm_and_cold([(block_of[k], v) for k, v in sequences.items()], job)
+    return {"job": job, "message": statistics.median(sends) / 1000 if sends else 0.0,
+            "latency": statistics.mean(waits) / 1000 if waits else 0.0,
+            "latency_median": statistics.median(first) / 1000 if first else 0.0, "blocks": blocks, "cold": cold,
+            "step": step_overhead_ms([seq for per_rank in sequences.values() for seq in per_rank])}
 
 
 #: a profiled job's kind as the simulator names it
@@ -220,7 +202,6 @@ def profile(hidden: int, acc: int, steps: int = 10, timeout: int = 600, env=None
     results = run_ranks(me.profile_rank, nproc=2, args=(cfgs, out_dir), timeout=timeout, pin_cpus=PIN[binding],
                         env=env, log_dir=os.path.join(out_dir, "logs"))
     return costs_from([job_times(r[0]["trace"], r[0]["window"]) for r in results],
-                      [job_times(r[1]["trace"], r[1]["window"]) for r in results],
                       {cfg["schedule"]: [job_sequences(r[i]["trace"], r[i]["window"]) for r in results]
                        for i, cfg in enumerate(cfgs)})
 
