@@ -110,7 +110,9 @@ void FreeFromCompute() {
 void ShortSlice() {
 #ifdef SYS_sched_setattr
   const char* text = std::getenv("PADDLE_EXT_COMM_SLICE_US");
-  long us = (text == nullptr || *text == '\0') ? 100 : std::strtol(text, nullptr, 10);
+  char* end = nullptr;
+  long us = (text == nullptr || *text == '\0') ? 100 : std::strtol(text, &end, 10);
+  if (end != nullptr && (end == text || *end != '\0')) us = 100;  // not a number: the default, as short_slice
   if (us <= 0 || sched_getscheduler(0) != SCHED_OTHER) return;
   struct {
     uint32_t size, policy;
