@@ -52,7 +52,7 @@ from paddle_ext.passes.schedules import get_schedule_info
 from paddle_ext.passes.sim_model import Costs, SimulationResult
 from paddle_ext.passes.simulate import simulate_schedule
 from paddle_ext.passes.stage_placement import stages_on_rank
-from paddle_ext.passes.static.jobs import JOB_OF_KIND, rank_schedule, uses_split
+from paddle_ext.passes.static.jobs import JOB_OF_KIND, rank_schedule, run_kind, uses_split
 from paddle_ext.passes.static.merge import alone_types, groups
 
 __all__ = ["PADDLE_PASSES", "StaticCosts", "simulate_static", "action_jobs", "cold_states", "paddle_job_order"]
@@ -110,8 +110,7 @@ def action_jobs(name: str, lowered, rank: int, n_chunks: int, split: bool) -> Li
         elif kind is Kind.B and split:
             out.append((f"backward_b{c}", f"backward_w{c}"))
         else:
-            kind = Kind.B if kind is Kind.I and not split else kind
-            out.append((f"{JOB_OF_KIND[kind]}{c}",))
+            out.append((f"{JOB_OF_KIND[run_kind(kind, split)]}{c}",))
     return out
 
 
@@ -199,7 +198,7 @@ def simulate_static(name: str, pp_degree: int, n_microbatches: int, n_chunks: Op
             for i, (a, states) in enumerate(zip(actions, cold_states(lowered[r], split))):
                 for state in states:
                     if state in cold.get(a.stage, {}):
-                        times[i] += cold[a.stage][state].of(_run_kind(a.kind, split))
+                        times[i] += cold[a.stage][state].of(run_kind(a.kind, split))
     result = simulate_schedule(lowered, costs.compute(), comm_latency=costs.latency, blocking_sends=False,
                                recv="rendezvous", extra=extra, stage_costs=stage_costs)
     return dataclasses.replace(result, makespan=result.makespan + costs.step) if costs.step else result
@@ -208,11 +207,6 @@ def simulate_static(name: str, pp_degree: int, n_microbatches: int, n_chunks: Op
 #: what a compute action reads or writes of its stage's state (:func:`cold_states`)
 TOUCHES = {Kind.F: frozenset({"weights"}), Kind.I: frozenset({"weights"}), Kind.W: frozenset({"gradients"}),
            Kind.B: frozenset({"weights", "gradients"})}
-
-
-def _run_kind(kind: Kind, split: bool) -> Kind:
-    """The kind an action runs as: without a split an ``I`` is the full backward."""
-    return Kind.B if kind is Kind.I and not split else kind
 
 
 def cold_states(actions, split: bool) -> List[frozenset]:
@@ -230,7 +224,7 @@ def cold_states(actions, split: bool) -> List[frozenset]:
     for a in actions:
         if a is None:
             continue
-        kind = _run_kind(a.kind, split)
+        kind = run_kind(a.kind, split)
         if kind not in TOUCHES or (kind is Kind.W and not split):
             out.append(frozenset())
             continue

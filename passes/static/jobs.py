@@ -37,7 +37,7 @@ from paddle_ext.passes.schedules import get_schedule_info
 from paddle_ext.passes.static.async_order import late_receives
 from paddle_ext.passes.stage_placement import stages_on_rank
 
-__all__ = ["JOB_OF_KIND", "OPTIMIZER", "compile_jobs", "jobs_of_rank", "job_types", "rank_schedule", "format_jobs", "uses_split"]
+__all__ = ["JOB_OF_KIND", "OPTIMIZER", "compile_jobs", "jobs_of_rank", "job_types", "rank_schedule", "format_jobs", "run_kind", "uses_split"]
 
 OPTIMIZER = "optimizer"
 JOB_OF_KIND: Dict[Kind, str] = {
@@ -55,6 +55,11 @@ def rank_schedule(name: str, pp_degree: int, n_microbatches: int, n_chunks: Opti
     chunks = info.default_chunks if n_chunks is None else n_chunks
     schedule = info.generate(pp_degree, n_microbatches, chunks)
     return info, late_receives(add_send_recv(schedule), pp_degree, chunks, info.placement), chunks
+
+
+def run_kind(kind: Kind, split: bool) -> Kind:
+    """The kind an action runs as: without a backward split an ``I`` is the full backward."""
+    return Kind.B if kind is Kind.I and not split else kind
 
 
 def uses_split(lowered) -> bool:
@@ -89,8 +94,7 @@ def jobs_of_rank(generated, *, rank: int, split_backward: Optional[bool] = None)
         kind, chunk, mb = action.kind, chunk_of[action.stage], action.microbatch
         if kind is Kind.W and not split:
             continue
-        if kind is Kind.I and not split:
-            kind = Kind.B
+        kind = run_kind(kind, split)
         if kind is Kind.B and split:
             jobs += [(f"backward_b{chunk}", mb), (f"backward_w{chunk}", mb)]
             continue
