@@ -186,11 +186,19 @@ def stage_costs(blocks: dict, layer_meshes, chunks: int) -> dict:
 PIN = {"compute": "compute", "process": True, "none": False}
 
 
-def profile(hidden: int, acc: int, steps: int = 10, timeout: int = 600, env=None, binding: str = "process",
-            rows: int = 4) -> dict:
-    """Launch the profile (module doc), ``acc`` micro-batches of ``rows`` rows, the ranks'
-    environment plus ``env``, each rank bound as ``binding`` says (:data:`PIN`), and return
-    :func:`costs_from`'s figures."""
+#: rounds of the three profiled schedules (the profiler skips the first two): the cold levels are
+#: ratios of means of skewed job times, and with 8 profiled rounds the split of a full backward's
+#: cold cost between its weights and its gradients moved from launch to launch (gradients 0.0,
+#: 0.18, 0.63 ms; weights 0.5, 0.12, 0.0 in three launches), with 28 it held (gradients 0.10-0.14,
+#: weights 0.05-0.17): docs/static_engine.md, "Ninth pass"
+PROFILE_STEPS = 30
+
+
+def profile(hidden: int, acc: int, steps: int = PROFILE_STEPS, timeout: int = 600, env=None,
+            binding: str = "process", rows: int = 4) -> dict:
+    """Launch the profile (module doc): ``steps`` rounds, ``acc`` micro-batches of ``rows`` rows,
+    the ranks' environment plus ``env``, each rank bound as ``binding`` says (:data:`PIN`), and
+    return :func:`costs_from`'s figures."""
     import static_profile as me  # importable by module name in the ranks
     from paddle_ext.launcher import run_ranks
 

@@ -1,0 +1,51 @@
+"""tools/static_check.py: what the simulator charges per kind, what the jobs took, and the
+replay of a schedule with its own job times, each checked by hand on one micro-batch."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
+import static_check as sc  # noqa: E402
+
+
+def _step(jobs):
+    """One job_sequences step: (start us, end us, [(kind, chunk, start us, us)])."""
+    return (jobs[0][2], jobs[-1][2] + jobs[-1][3] + 500, jobs)
+
+
+# IR_FThenB, 2 ranks, 1 micro-batch: rank 0 F, send, receive, B; rank 1 receive, F, B, send (ms
+# below: F 1, B 2, send 0.1; the receives' own times are the hand-off model's business)
+RANK0 = [("forward", 0, 0, 1000), ("send_forward", 0, 1000, 100), ("recv_backward", 0, 1100, 5000),
+         ("backward", 0, 6100, 2000)]
+RANK1 = [("recv_forward", 0, 0, 1600), ("forward", 0, 1600, 1000), ("backward", 0, 2600, 2000),
+         ("send_backward", 0, 4600, 100)]
+
+
+def test_replay_runs_each_job_for_its_own_time_and_each_receive_as_a_hand_off():
+    # rank 0 sends at 1.1; rank 1's data lands at 1.1 + L, its F and B end at 4.1 + L and its send
+    # goes at 4.2 + L; rank 0's gradient lands at 4.2 + 2L, its B ends at 6.2 + 2L
+    (measured, replayed), = sc.replay("IR_FThenB", [[_step(RANK0)], [_step(RANK1)]], latency=0.5, m=1)
+    assert replayed == pytest.approx(6.2 + 2 * 0.5)
+    assert measured == pytest.approx(8.1)   # the jobs' span: 0 -> 8.1 ms
+
+
+def test_replay_refuses_merged_jobs():
+    merged = [("forward+send_forward", 0, 0, 1100), ("recv_backward", 0, 1100, 5000), ("backward", 0, 6100, 2000)]
+    with pytest.raises(ValueError, match="one job per action"):
+        sc.replay("IR_FThenB", [[_step(merged)], [_step(RANK1)]], latency=0.5, m=1)
+
+
+def test_kind_ms_sums_the_compute_jobs_per_step():
+    two_steps = [[_step(RANK0), _step(RANK0)], [_step(RANK1)]]
+    assert sc.kind_ms(two_steps) == [{"F": 1.0, "B": 2.0}, {"F": 1.0, "B": 2.0}]
+
+
+def test_charged_adds_the_job_cost_and_each_cold_state_to_the_stage_cost():
+    blocks = {b: [1.0, 0.5, 0.5, 2.0] for b in range(4)}
+    prof = {"blocks": blocks, "job": 0.1, "message": 0.0, "latency": 0.0, "step": 0.0,
+            "cold": {"weights": {b: [0.25, 0.0, 0.0, 0.0] for b in range(4)},
+                     "gradients": {b: [0.0, 0.0, 0.0, 0.5] for b in range(4)}}}
+    # a stage is two blocks: F 2, B 4. The step's first F reads cold weights (+0.5); the B after it
+    # finds the weights warm and the gradients cold (+1.0)
+    assert sc.charged_ms("IR_FThenB", prof, m=1) == [pytest.approx({"F": 2.6, "B": 5.1})] * 2
