@@ -73,20 +73,13 @@ def plans(args) -> list:
 
 def predicted(mode: str, schedule: str, meshes, pp: int, m: int, chunks: int, profile=None) -> float:
     """The simulated step of ``mode`` (unit costs without ``profile``; else the profiled ones)."""
-    from paddle_ext.passes import Costs
     from paddle_ext.passes.static.job_model import PADDLE_PASSES, StaticCosts, simulate_static
-    from static_profile import stage_costs
+    from static_profile import simulator_costs
 
     if profile is None:
         cost = 1.0 / chunks
         return simulate_static(schedule, pp, m, chunks, costs=StaticCosts(cost, cost, cost)).makespan
-    per_stage = {s: Costs(*fiw) for s, fiw in stage_costs(profile["blocks"], meshes, chunks).items()}
-    cold: dict = {}
-    for state, blocks in profile.get("cold", {}).items():
-        for s, fiw in stage_costs(blocks, meshes, chunks).items():
-            cold.setdefault(s, {})[state] = Costs(*fiw)
-    costs = StaticCosts(1.0, 1.0, 1.0, job=profile["job"], message=profile["message"], latency=profile["latency"],
-                        step=profile.get("step", 0.0))
+    costs, per_stage, cold = simulator_costs(profile, meshes, chunks)
     return simulate_static(schedule, pp, m, chunks, costs=costs, paddle_pass=mode in PADDLE_PASSES,
                            stage_costs=per_stage, cold=cold or None).makespan
 

@@ -37,7 +37,7 @@ import static_profile as sp  # noqa: E402
 from paddle_ext.passes import Costs  # noqa: E402
 from paddle_ext.passes.schedule_ir import Kind  # noqa: E402
 from paddle_ext.passes.simulate import simulate_schedule  # noqa: E402
-from paddle_ext.passes.static.job_model import StaticCosts, cold_states, simulate_static  # noqa: E402
+from paddle_ext.passes.static.job_model import cold_states, simulate_static  # noqa: E402
 from paddle_ext.passes.static.jobs import rank_schedule, run_kind, uses_split  # noqa: E402
 
 #: schedule_mode -> (the IR schedule it runs, layer meshes, chunks per rank); the first three are
@@ -64,25 +64,12 @@ def kind_ms(per_rank) -> list:
     return out
 
 
-def _costs(mode: str, prof: dict):
-    """``(StaticCosts, stage costs, cold costs)`` of ``mode`` (:data:`PLANS`) from a profile."""
-    _, meshes, chunks = PLANS[mode]
-    per_stage = {s: Costs(*fiw) for s, fiw in sp.stage_costs(prof["blocks"], meshes, chunks).items()}
-    cold: dict = {}
-    for state, blocks in prof["cold"].items():
-        for s, fiw in sp.stage_costs(blocks, meshes, chunks).items():
-            cold.setdefault(s, {})[state] = Costs(*fiw)
-    costs = StaticCosts(1.0, 1.0, 1.0, job=prof["job"], message=prof["message"], latency=prof["latency"],
-                        step=prof["step"])
-    return costs, per_stage, cold
-
-
 def charged_ms(mode: str, prof: dict, pp: int = 2, m: int = 8) -> list:
     """Per rank ``{kind: ms per step}`` the simulator charges ``mode``'s compute actions, one job
     per action: the stage's cost of the kind the action runs as, ``job``, and each cold state's
     extra (``job_model.cold_states``)."""
     schedule, _, chunks = PLANS[mode]
-    costs, per_stage, cold = _costs(mode, prof)
+    costs, per_stage, cold = sp.simulator_costs(prof, PLANS[mode][1], PLANS[mode][2])
     _, lowered, _ = rank_schedule(schedule, pp, m, chunks)
     split = uses_split(lowered)
     out = []
@@ -142,7 +129,7 @@ def check(hidden: int, acc: int, rows: int, steps: int, env=None) -> dict:
     report: dict = {"profile": prof}
     for mode in PLANS:
         schedule, _, chunks = PLANS[mode]
-        costs, per_stage, cold = _costs(mode, prof)
+        costs, per_stage, cold = sp.simulator_costs(prof, PLANS[mode][1], PLANS[mode][2])
         simulated = simulate_static(schedule, 2, acc, chunks, costs=costs, merge=False, stage_costs=per_stage,
                                     cold=cold).makespan
         measured = max(statistics.median((hi - lo) / 1000 for lo, hi, _ in steps) for steps in sequences[mode])

@@ -182,6 +182,23 @@ def stage_costs(blocks: dict, layer_meshes, chunks: int) -> dict:
     return out
 
 
+def simulator_costs(profile: dict, layer_meshes, chunks: int) -> tuple:
+    """``(StaticCosts, {stage: Costs}, {stage: {state: Costs}})`` for ``simulate_static`` from a
+    profile (:func:`costs_from`) for a plan with these layer meshes and chunks per rank: the
+    runtime's costs, each stage's warm compute and what each cold state adds (:func:`stage_costs`)."""
+    from paddle_ext.passes import Costs
+    from paddle_ext.passes.static.job_model import StaticCosts
+
+    per_stage = {s: Costs(*fiw) for s, fiw in stage_costs(profile["blocks"], layer_meshes, chunks).items()}
+    cold: dict = {}
+    for state, blocks in profile.get("cold", {}).items():
+        for s, fiw in stage_costs(blocks, layer_meshes, chunks).items():
+            cold.setdefault(s, {})[state] = Costs(*fiw)
+    costs = StaticCosts(1.0, 1.0, 1.0, job=profile["job"], message=profile["message"], latency=profile["latency"],
+                        step=profile.get("step", 0.0))
+    return costs, per_stage, cold
+
+
 #: ``--binding`` -> run_ranks's pin_cpus
 PIN = {"compute": "compute", "process": True, "none": False}
 
