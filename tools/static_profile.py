@@ -166,10 +166,8 @@ def stage_costs(blocks: dict, layer_meshes, chunks: int) -> dict:
     """Per pipeline stage of a plan (its blocks ``layer_meshes`` and ``chunks`` per rank), the
     ``(F, I, W, B)`` sums of its blocks' costs (``B`` = ``I + W`` for a block profiled without
     it), as the simulator's stage numbering has them; ``Costs(*stage)`` is the stage's cost.
-    The first stage sends no input gradient back, so the split leaves its input backward empty
-    and its W runs the whole backward: its blocks' ``I`` count in its ``W`` (ZBH1's first stage,
-    two blocks, ran I 0.1 and W 27.3 ms a step against 5.8 and 21.2 charged before:
-    docs/static_engine.md, "Ninth pass"; a one-block first stage is profiled that way)."""
+    (Under a split the simulator moves the first stage's ``I`` into its ``W``:
+    ``job_model.first_stage_in_w``.)"""
     from paddle_ext.passes.stage_placement import stage_to_rank
 
     n_ranks = max(layer_meshes) + 1
@@ -182,8 +180,7 @@ def stage_costs(blocks: dict, layer_meshes, chunks: int) -> dict:
         if any(layer_meshes[b] != stage_to_rank(s, n_ranks, placement) for b in picked):
             raise ValueError(f"layer meshes {layer_meshes} do not put stage {s}'s blocks on its rank")
         full = [list(blocks[b]) + [blocks[b][1] + blocks[b][2]] * (len(blocks[b]) < 4) for b in picked]
-        f, i, w, b = (sum(fig[k] for fig in full) for k in range(4))
-        out[s] = (f, 0.0, w + i, b) if s == 0 else (f, i, w, b)
+        out[s] = tuple(sum(fig[k] for fig in full) for k in range(4))
     return out
 
 

@@ -55,7 +55,8 @@ from paddle_ext.passes.stage_placement import stages_on_rank
 from paddle_ext.passes.static.jobs import JOB_OF_KIND, rank_schedule, run_kind, uses_split
 from paddle_ext.passes.static.merge import alone_types, groups
 
-__all__ = ["PADDLE_PASSES", "StaticCosts", "simulate_static", "action_jobs", "cold_states", "paddle_job_order"]
+__all__ = ["PADDLE_PASSES", "StaticCosts", "simulate_static", "action_jobs", "cold_states", "first_stage_in_w",
+           "paddle_job_order"]
 
 COMM = (Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B)
 SENDS = (Kind.SEND_F, Kind.SEND_B)
@@ -176,7 +177,8 @@ def simulate_static(name: str, pp_degree: int, n_microbatches: int, n_chunks: Op
     ``passes.static.passes.MERGE_JOBS`` (merged jobs pay ``costs.job`` once), ``paddle_pass``
     for Paddle's own FThenB/1F1B/VPP passes. ``stage_costs`` overrides the compute per stage;
     ``cold`` (``{stage: {"weights": Costs, "gradients": Costs}}``) adds what an action costs
-    more for each of its states :func:`cold_states` finds cold.
+    more for each of its states :func:`cold_states` finds cold. Under a split the first stage's
+    ``stage_costs`` run as :func:`first_stage_in_w` says.
 
     >>> warm = StaticCosts(forward=1, backward_input=1, backward_weight=1)
     >>> extra = {s: {"weights": Costs(1, 0, 0)} for s in (0, 1)}   # a forward on cold weights costs 2
@@ -188,6 +190,8 @@ def simulate_static(name: str, pp_degree: int, n_microbatches: int, n_chunks: Op
     """
     info, lowered, chunks = rank_schedule(name, pp_degree, n_microbatches, n_chunks)
     split = uses_split(lowered)
+    if split and stage_costs is not None:
+        stage_costs = first_stage_in_w(stage_costs)
     if paddle_pass:
         lowered = {r: paddle_job_order(acts, defer_send_backward=info.name == "VPP") for r, acts in lowered.items()}
     extra: Dict[int, List[float]] = {r: _extra(info.name, lowered, r, chunks, split, costs, merge, paddle_pass)
@@ -202,6 +206,23 @@ def simulate_static(name: str, pp_degree: int, n_microbatches: int, n_chunks: Op
     result = simulate_schedule(lowered, costs.compute(), comm_latency=costs.latency, blocking_sends=False,
                                recv="rendezvous", extra=extra, stage_costs=stage_costs)
     return dataclasses.replace(result, makespan=result.makespan + costs.step) if costs.step else result
+
+
+def first_stage_in_w(stage_costs: Mapping[int, Costs]) -> Dict[int, Costs]:
+    """``stage_costs`` as the Engine's split runs them: the first stage sends no input gradient
+    back, so every backward op of it feeds a weight gradient and the split
+    (:mod:`.bw_split`: an op is W when all its results feed W ops) makes its whole backward W:
+    its ``I`` is empty and its ``W`` holds ``I + W``, its full backward unchanged. ZBH1's first
+    stage (two blocks) ran I 0.1 and W 27.3 ms a step (docs/static_engine.md, "Ninth pass").
+
+    >>> first_stage_in_w({0: Costs(1, 2, 3), 1: Costs(1, 2, 3)})[0]
+    Costs(forward=1, backward_input=0.0, backward_weight=5, full_backward=5)
+    """
+    out = dict(stage_costs)
+    if 0 in out:
+        c = out[0]
+        out[0] = Costs(c.forward, 0.0, c.backward_input + c.backward_weight, c.backward)
+    return out
 
 
 #: what a compute action reads or writes of its stage's state (:func:`cold_states`)

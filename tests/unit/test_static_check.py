@@ -51,11 +51,11 @@ def test_charged_adds_the_job_cost_and_each_cold_state_to_the_stage_cost():
     assert sc.charged_ms("IR_FThenB", prof, m=1) == [pytest.approx({"F": 2.6, "B": 5.1})] * 2
 
 
-def test_the_first_stage_runs_its_input_backward_in_w():
-    import static_profile as sp
 
+def test_the_first_stage_runs_its_input_backward_in_w():
     blocks = {0: [1.0, 0.0, 2.0, 2.5], 1: [1.0, 0.5, 0.5, 1.2], 2: [1.0, 0.5, 0.5, 1.2], 3: [1.0, 0.5, 0.5, 1.2]}
-    stages = sp.stage_costs(blocks, [0, 0, 1, 1], 1)
-    # stage 0 (blocks 0, 1) sends nothing back: I empty, W = 2.0 + 0.5 + 0.5; the full B unchanged
-    assert stages[0] == (2.0, 0.0, 3.0, 3.7)
-    assert stages[1] == (2.0, 1.0, 1.0, 2.4)
+    prof = {"blocks": blocks, "job": 0.0, "message": 0.0, "latency": 0.0, "step": 0.0, "cold": {}}
+    # ZBH1, 1 micro-batch: stage 0 (blocks 0, 1) sends nothing back, so its I (0.5) runs in W
+    # (2.0 + 0.5 + 0.5); stage 1 splits as profiled (I 1.0, W 1.0)
+    assert sc.charged_ms("ZBH1", prof, m=1) == [pytest.approx({"F": 2.0, "I": 0.0, "W": 3.0}),
+                                                pytest.approx({"F": 2.0, "I": 1.0, "W": 1.0})]
