@@ -37,7 +37,7 @@ import static_profile as sp  # noqa: E402
 from paddle_ext.passes import Costs  # noqa: E402
 from paddle_ext.passes.schedule_ir import Kind  # noqa: E402
 from paddle_ext.passes.simulate import simulate_schedule  # noqa: E402
-from paddle_ext.passes.static.job_model import cold_states, first_stage_in_w, simulate_static  # noqa: E402
+from paddle_ext.passes.static.job_model import cold_states, simulate_static, split_costs  # noqa: E402
 from paddle_ext.passes.static.jobs import rank_schedule, run_kind, uses_split  # noqa: E402
 
 #: schedule_mode -> (the IR schedule it runs, layer meshes, chunks per rank); the first three are
@@ -67,14 +67,14 @@ def kind_ms(per_rank) -> list:
 def charged_ms(mode: str, prof: dict, pp: int = 2, m: int = 8) -> list:
     """Per rank ``{kind: ms per step}`` the simulator charges ``mode``'s compute actions, one job
     per action: the stage's cost of the kind the action runs as (the first stage's I in its W
-    under a split: ``job_model.first_stage_in_w``), ``job``, and each cold state's extra
+    under a split: ``job_model.split_costs``), ``job``, and each cold state's extra
     (``job_model.cold_states``)."""
     schedule, _, chunks = PLANS[mode]
     costs, per_stage, cold = sp.simulator_costs(prof, PLANS[mode][1], PLANS[mode][2])
     _, lowered, _ = rank_schedule(schedule, pp, m, chunks)
     split = uses_split(lowered)
-    if split:
-        per_stage = first_stage_in_w(per_stage)
+    if split:   # as simulate_static runs them
+        per_stage, cold = split_costs(per_stage, cold)
     out = []
     for rank in sorted(lowered):
         acts = [a for a in lowered[rank] if a is not None]

@@ -56,7 +56,7 @@ from paddle_ext.passes.static.jobs import JOB_OF_KIND, rank_schedule, run_kind, 
 from paddle_ext.passes.static.merge import alone_types, groups
 
 __all__ = ["PADDLE_PASSES", "StaticCosts", "simulate_static", "action_jobs", "cold_states", "first_stage_in_w",
-           "paddle_job_order"]
+           "paddle_job_order", "split_costs"]
 
 COMM = (Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B)
 SENDS = (Kind.SEND_F, Kind.SEND_B)
@@ -190,8 +190,8 @@ def simulate_static(name: str, pp_degree: int, n_microbatches: int, n_chunks: Op
     """
     info, lowered, chunks = rank_schedule(name, pp_degree, n_microbatches, n_chunks)
     split = uses_split(lowered)
-    if split and stage_costs is not None:
-        stage_costs = first_stage_in_w(stage_costs)
+    if split:
+        stage_costs, cold = split_costs(stage_costs, cold)
     if paddle_pass:
         lowered = {r: paddle_job_order(acts, defer_send_backward=info.name == "VPP") for r, acts in lowered.items()}
     extra: Dict[int, List[float]] = {r: _extra(info.name, lowered, r, chunks, split, costs, merge, paddle_pass)
@@ -223,6 +223,17 @@ def first_stage_in_w(stage_costs: Mapping[int, Costs]) -> Dict[int, Costs]:
         c = out[0]
         out[0] = Costs(c.forward, 0.0, c.backward_input + c.backward_weight, c.backward)
     return out
+
+
+def split_costs(stage_costs: Optional[Mapping[int, Costs]], cold: Optional[Mapping[int, Mapping[str, Costs]]]):
+    """``(stage_costs, cold)`` of :func:`simulate_static` as a split runs them: the first stage's
+    ``I`` in its ``W`` (:func:`first_stage_in_w`), and so what its ``I`` pays when a state is
+    cold; ``None`` stays ``None``."""
+    if stage_costs is not None:
+        stage_costs = first_stage_in_w(stage_costs)
+    if cold and 0 in cold:
+        cold = {**cold, 0: {state: first_stage_in_w({0: c})[0] for state, c in cold[0].items()}}
+    return stage_costs, cold
 
 
 #: what a compute action reads or writes of its stage's state (:func:`cold_states`)

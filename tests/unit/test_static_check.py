@@ -59,3 +59,16 @@ def test_the_first_stage_runs_its_input_backward_in_w():
     # (2.0 + 0.5 + 0.5); stage 1 splits as profiled (I 1.0, W 1.0)
     assert sc.charged_ms("ZBH1", prof, m=1) == [pytest.approx({"F": 2.0, "I": 0.0, "W": 3.0}),
                                                 pytest.approx({"F": 2.0, "I": 1.0, "W": 1.0})]
+
+
+def test_split_costs_moves_the_first_stages_input_backward_and_its_cold_extra_into_w():
+    from paddle_ext.passes import Costs
+    from paddle_ext.passes.static.job_model import split_costs
+
+    stages = {0: Costs(1.0, 0.5, 2.0), 1: Costs(1.0, 0.5, 0.5)}
+    cold = {0: {"weights": Costs(0.2, 0.3, 0.0)}, 1: {"weights": Costs(0.2, 0.3, 0.0)}}
+    warm, extra = split_costs(stages, cold)
+    assert (warm[0].backward_input, warm[0].backward_weight, warm[0].backward) == (0.0, 2.5, 2.5)
+    assert (extra[0]["weights"].backward_input, extra[0]["weights"].backward_weight) == (0.0, 0.3)
+    assert warm[1] == stages[1] and extra[1] == cold[1]
+    assert split_costs(None, None) == (None, None)
