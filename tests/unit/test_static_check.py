@@ -72,3 +72,23 @@ def test_split_costs_moves_the_first_stages_input_backward_and_its_cold_extra_in
     assert (extra[0]["weights"].backward_input, extra[0]["weights"].backward_weight) == (0.0, 0.3)
     assert warm[1] == stages[1] and extra[1] == cold[1]
     assert split_costs(None, None) == (None, None)
+
+
+
+def test_a_receive_posted_ahead_waits_only_for_its_send():
+    # IR_FThenB, 2 micro-batches, L = 0.5 ms. Rank 0: F 1, send 0.1, F 1, send 0.1, then two B of 2
+    # (each after its receive). Rank 1: F0 takes 3 ms, so it posts its second receive at 4.6, long
+    # after rank 0 sent at 2.2
+    rank0 = [("forward", 0, 0, 1000), ("send_forward", 0, 1000, 100), ("forward", 0, 1100, 1000),
+             ("send_forward", 0, 2100, 100), ("recv_backward", 0, 2200, 100), ("backward", 0, 2300, 2000),
+             ("recv_backward", 0, 4300, 100), ("backward", 0, 4400, 2000)]
+    rank1 = [("recv_forward", 0, 0, 100), ("forward", 0, 100, 3000), ("recv_forward", 0, 3100, 100),
+             ("forward", 0, 3200, 1000), ("backward", 0, 4200, 2000), ("send_backward", 0, 6200, 100),
+             ("backward", 0, 6300, 2000), ("send_backward", 0, 8300, 100)]
+    ranks = [[_step(rank0)], [_step(rank1)]]
+    (_, rendezvous), = sc.replay("IR_FThenB", ranks, latency=0.5, m=2)
+    (_, ahead), = sc.replay("IR_FThenB", ranks, latency=0.5, m=2, recv="blocking")
+    # rendezvous: rank 1's F1 waits 4.6 + 0.5, B0, B1 and the sends follow (10.3); rank 0's last
+    # receive, posted at 10.7, lands 11.2 and its B ends 13.2. Posted ahead: F1's data was there at
+    # 2.7, rank 1 sends at 7.7 and 9.8, rank 0's gradients land at 8.2 and 10.3, its B ends 12.3
+    assert rendezvous == pytest.approx(13.2) and ahead == pytest.approx(12.3)
