@@ -39,7 +39,7 @@ import static_profile as sp  # noqa: E402
 from paddle_ext.passes import Costs  # noqa: E402
 from paddle_ext.passes.schedule_ir import Kind  # noqa: E402
 from paddle_ext.passes.simulate import simulate_schedule  # noqa: E402
-from paddle_ext.passes.static.job_model import cold_states, simulate_static, split_costs  # noqa: E402
+from paddle_ext.passes.static.job_model import cold_extras, simulate_static, split_costs  # noqa: E402
 from paddle_ext.passes.static.jobs import rank_schedule, run_kind, uses_split  # noqa: E402
 
 #: schedule_mode -> (the IR schedule it runs, layer meshes, chunks per rank); the first three are
@@ -70,24 +70,22 @@ def charged_ms(mode: str, prof: dict, pp: int = 2, m: int = 8) -> list:
     """Per rank ``{kind: ms per step}`` the simulator charges ``mode``'s compute actions, one job
     per action: the stage's cost of the kind the action runs as (the first stage's I in its W
     under a split: ``job_model.split_costs``), ``job``, and each cold state's extra
-    (``job_model.cold_states``)."""
-    schedule, _, chunks = PLANS[mode]
-    costs, per_stage, cold = sp.simulator_costs(prof, PLANS[mode][1], PLANS[mode][2])
+    (``job_model.cold_extras``)."""
+    schedule, meshes, chunks = PLANS[mode]
+    costs, per_stage, cold = sp.simulator_costs(prof, meshes, chunks)
     _, lowered, _ = rank_schedule(schedule, pp, m, chunks)
     split = uses_split(lowered)
     if split:   # as simulate_static runs them
         per_stage, cold = split_costs(per_stage, cold)
+    added = cold_extras(lowered, split, cold)
     out = []
     for rank in sorted(lowered):
-        acts = [a for a in lowered[rank] if a is not None]
         total: dict = {}
-        for a, states in zip(acts, cold_states(acts, split)):
+        for a, extra in zip([a for a in lowered[rank] if a is not None], added[rank]):
             kind = run_kind(a.kind, split)
             if kind not in COMPUTE or (kind is Kind.W and not split):
                 continue
-            ms = per_stage[a.stage].of(kind) + costs.job + sum(cold.get(a.stage, {}).get(s, Costs(0, 0, 0)).of(kind)
-                                                               for s in states)
-            total[kind.name] = total.get(kind.name, 0.0) + ms
+            total[kind.name] = total.get(kind.name, 0.0) + per_stage[a.stage].of(kind) + costs.job + extra
         out.append(total)
     return out
 
@@ -136,8 +134,8 @@ def check(hidden: int, acc: int, rows: int, steps: int, env=None) -> dict:
     prof = sp.costs_from(zbv, {mode: sequences[mode] for mode in PROFILED})
     report: dict = {"profile": prof}
     for mode in PLANS:
-        schedule, _, chunks = PLANS[mode]
-        costs, per_stage, cold = sp.simulator_costs(prof, PLANS[mode][1], PLANS[mode][2])
+        schedule, meshes, chunks = PLANS[mode]
+        costs, per_stage, cold = sp.simulator_costs(prof, meshes, chunks)
         simulated = simulate_static(schedule, 2, acc, chunks, costs=costs, merge=False, stage_costs=per_stage,
                                     cold=cold).makespan
         measured = max(statistics.median((hi - lo) / 1000 for lo, hi, _ in steps) for steps in sequences[mode])

@@ -55,8 +55,8 @@ from paddle_ext.passes.stage_placement import stages_on_rank
 from paddle_ext.passes.static.jobs import JOB_OF_KIND, rank_schedule, run_kind, uses_split
 from paddle_ext.passes.static.merge import alone_types, groups
 
-__all__ = ["PADDLE_PASSES", "StaticCosts", "simulate_static", "action_jobs", "cold_states", "first_stage_in_w",
-           "paddle_job_order", "split_costs"]
+__all__ = ["PADDLE_PASSES", "StaticCosts", "simulate_static", "action_jobs", "cold_extras", "cold_states",
+           "first_stage_in_w", "paddle_job_order", "split_costs"]
 
 COMM = (Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B)
 SENDS = (Kind.SEND_F, Kind.SEND_B)
@@ -197,15 +197,28 @@ def simulate_static(name: str, pp_degree: int, n_microbatches: int, n_chunks: Op
     extra: Dict[int, List[float]] = {r: _extra(info.name, lowered, r, chunks, split, costs, merge, paddle_pass)
                                      for r in lowered}
     if cold:
-        for r, times in extra.items():
-            actions = [a for a in lowered[r] if a is not None]
-            for i, (a, states) in enumerate(zip(actions, cold_states(lowered[r], split))):
-                for state in states:
-                    if state in cold.get(a.stage, {}):
-                        times[i] += cold[a.stage][state].of(run_kind(a.kind, split))
+        for r, added in cold_extras(lowered, split, cold).items():
+            extra[r] = [e + c for e, c in zip(extra[r], added)]
     result = simulate_schedule(lowered, costs.compute(), comm_latency=costs.latency, blocking_sends=False,
                                recv="rendezvous", extra=extra, stage_costs=stage_costs)
     return dataclasses.replace(result, makespan=result.makespan + costs.step) if costs.step else result
+
+
+def cold_extras(lowered, split: bool, cold: Mapping[int, Mapping[str, Costs]]) -> Dict[int, List[float]]:
+    """Per rank of ``lowered``, per action (idle slots dropped): what its cold states
+    (:func:`cold_states`) add, from ``cold`` (``{stage: {state: Costs}}``) for the kind the action
+    runs as."""
+    out = {}
+    for r, actions in lowered.items():
+        acts = [a for a in actions if a is not None]
+        out[r] = [sum(cold[a.stage][state].of(run_kind(a.kind, split)) for state in states
+                      if state in cold.get(a.stage, {}))
+                  for a, states in zip(acts, cold_states(acts, split))]
+    return out
+
+
+def _w_holds_i(c: Costs) -> Costs:
+    return Costs(c.forward, 0.0, c.backward_input + c.backward_weight, c.backward)
 
 
 def first_stage_in_w(stage_costs: Mapping[int, Costs]) -> Dict[int, Costs]:
@@ -218,11 +231,7 @@ def first_stage_in_w(stage_costs: Mapping[int, Costs]) -> Dict[int, Costs]:
     >>> first_stage_in_w({0: Costs(1, 2, 3), 1: Costs(1, 2, 3)})[0]
     Costs(forward=1, backward_input=0.0, backward_weight=5, full_backward=5)
     """
-    out = dict(stage_costs)
-    if 0 in out:
-        c = out[0]
-        out[0] = Costs(c.forward, 0.0, c.backward_input + c.backward_weight, c.backward)
-    return out
+    return {s: _w_holds_i(c) if s == 0 else c for s, c in stage_costs.items()}
 
 
 def split_costs(stage_costs: Optional[Mapping[int, Costs]], cold: Optional[Mapping[int, Mapping[str, Costs]]]):
@@ -232,7 +241,7 @@ def split_costs(stage_costs: Optional[Mapping[int, Costs]], cold: Optional[Mappi
     if stage_costs is not None:
         stage_costs = first_stage_in_w(stage_costs)
     if cold and 0 in cold:
-        cold = {**cold, 0: {state: first_stage_in_w({0: c})[0] for state, c in cold[0].items()}}
+        cold = {**cold, 0: {state: _w_holds_i(c) for state, c in cold[0].items()}}
     return stage_costs, cold
 
 
