@@ -15,11 +15,11 @@ also runs) one step each in turn. The simulator's costs come from the first thre
   compute, the per-job cost and what the cold model adds: :func:`charged_ms`) against the time the
   profiled jobs took (:func:`kind_ms`): the cost model's error;
 * **replay**: the schedule simulated with each profiled step's own job times (computes and sends;
-  a receive is the hand-off model's: the data lands the profile's ``latency`` after the later of
-  its send and its receive), the median over the steps, against the measured span of the same
-  steps' jobs (:func:`replay`): the hand-off model's error alone; and the same with every
-  receive posted ahead (``recv="blocking"``: the data there ``latency`` after its send): what a
-  transport that posts receives early would give.
+  a receive is the hand-off model's, as the launch posted them: ahead, the data lands the
+  profile's ``latency`` after its send; else after the later of its send and its receive), the
+  median over the steps, against the measured span of the same steps' jobs (:func:`replay`): the
+  hand-off model's error alone; and the same under the other receive model (what posting
+  receives ahead gives, or what it saves: ``PADDLE_EXT_RECV_AHEAD=0`` runs without it).
 
 docs/static_engine.md ("Ninth pass") has a run and what it showed.
 """
@@ -39,7 +39,7 @@ import static_profile as sp  # noqa: E402
 from paddle_ext.passes import Costs  # noqa: E402
 from paddle_ext.passes.schedule_ir import Kind  # noqa: E402
 from paddle_ext.passes.simulate import simulate_schedule  # noqa: E402
-from paddle_ext.passes.static.job_model import cold_extras, simulate_static, split_costs  # noqa: E402
+from paddle_ext.passes.static.job_model import RECV_MODELS, cold_extras, simulate_static, split_costs  # noqa: E402
 from paddle_ext.passes.static.jobs import rank_schedule, run_kind, uses_split  # noqa: E402
 
 #: schedule_mode -> (the IR schedule it runs, layer meshes, chunks per rank); the first three are
@@ -139,12 +139,14 @@ def check(hidden: int, acc: int, rows: int, steps: int, env=None) -> dict:
         simulated = simulate_static(schedule, 2, acc, chunks, costs=costs, merge=False, stage_costs=per_stage,
                                     cold=cold).makespan
         measured = max(statistics.median((hi - lo) / 1000 for lo, hi, _ in steps) for steps in sequences[mode])
-        pairs = replay(mode, sequences[mode], prof["latency"], m=acc)
-        ahead = replay(mode, sequences[mode], prof["latency"], m=acc, recv="blocking")
+        model = RECV_MODELS[prof["recv"]]
+        pairs = replay(mode, sequences[mode], prof["latency"], m=acc, recv=model)
+        other = replay(mode, sequences[mode], prof["latency"], m=acc,
+                       recv="rendezvous" if model == "blocking" else "blocking")
         report[mode] = {"measured": measured, "simulated": simulated, "charged": charged_ms(mode, prof, m=acc),
                         "ran": kind_ms(sequences[mode]),
                         "replay": (statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs),
-                                   statistics.median(b for _, b in ahead))}
+                                   statistics.median(b for _, b in other))}
     return report
 
 
@@ -152,8 +154,8 @@ def table(report: dict) -> str:
     """The report as a markdown table (ms; ratios to IR_FThenB)."""
     base = report["IR_FThenB"]
     lines = ["| schedule | measured step | simulated | measured / IR_FThenB | simulated / IR_FThenB | "
-             "charged / ran per step, rank 0 | rank 1 | jobs' span: measured / replayed | replayed, receives "
-             "posted ahead |", "|---|" + "---|" * 8]
+             "charged / ran per step, rank 0 | rank 1 | jobs' span: measured / replayed | replayed, the other "
+             "receive model |", "|---|" + "---|" * 8]
     for mode in PLANS:
         r = report[mode]
         ranks = [" ".join(f"{k} {c.get(k, 0.0):.1f}/{ran.get(k, 0.0):.1f}" for k in "FIWB"

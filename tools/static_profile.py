@@ -13,8 +13,11 @@ inside it, and the rest, the executor's fixed cost of a job. From them:
 * ``job``: the median of (job time - its ops' time) over ZBV's compute jobs;
 * ``message``: the median time of a gloo send op (a receive's own work is as long; its wait is
   the simulator's business);
-* ``latency``: the mean time from the later of a message's send and receive ops starting to the
-  end of its receive, over ZBV's messages (the two ranks' n-th send and receive on one direction
+* ``latency``: receives posted ahead (``recv`` ``"ahead"``, ``PADDLE_EXT_RECV_AHEAD``, the
+  default), the mean time from a message's send op starting to the end of its receive, over ZBV's
+  messages whose receive op was waiting when the send started; else (``"rendezvous"``) the mean
+  time from the later of a message's send and receive ops starting to the end of its receive,
+  over ZBV's messages (the two ranks' n-th send and receive on one direction
   are one message; the profiler's clock is the machine's, so the two ranks' events compare).
   The mean, not the median: the hand-off runs on paddle-ext's send thread and gloo's I/O thread,
   which under ``--binding process`` share the sender's core with its compute, and waits for them
@@ -53,7 +56,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "multirank"))
 
 # the trace readers ``paddle-ext profile --static`` uses for the static Engine's runtime costs
 from paddle_ext.plan import profile_static  # noqa: E402
-from paddle_ext.plan.profile_static import (handoffs, job_overhead_ms, job_sequences, job_times,  # noqa: E402,F401
+from paddle_ext.plan.profile_static import (handoffs, job_overhead_ms, job_sequences, job_times, recv_mode,  # noqa: E402,F401,E501
                                             step_overhead_ms, window)
 
 #: glibc malloc settings for the ranks (``--glibc-default`` in bench_static.py drops them): one arena,
@@ -95,10 +98,12 @@ def costs_from(traces, sequences) -> dict:
     "IR_VPP": ..., "LoopedBFS": ...}`` (``sequences``: ``blocks``, ``cold``, ``step``)."""
     job = job_overhead_ms(traces)
     sends = [d for t in traces for d in t["send"]]
-    waits, first = handoffs(traces), latencies(traces)
+    first = latencies(traces)
+    recv = recv_mode()
+    waits = handoffs(traces, recv)
     block_of = {"ZBV": V_BLOCK, "IR_VPP": LOOP_BLOCK, "LoopedBFS": LOOP_BLOCK}
     blocks, cold = warm_and_cold([(block_of[k], v) for k, v in sequences.items()], job)
-    return {"job": job, "message": statistics.median(sends) / 1000 if sends else 0.0,
+    return {"job": job, "message": statistics.median(sends) / 1000 if sends else 0.0, "recv": recv,
             "latency": statistics.mean(waits) / 1000 if waits else 0.0,
             "latency_median": statistics.median(first) / 1000 if first else 0.0, "blocks": blocks, "cold": cold,
             "step": step_overhead_ms([seq for per_rank in sequences.values() for seq in per_rank])}
@@ -197,7 +202,7 @@ def simulator_costs(profile: dict, layer_meshes, chunks: int) -> tuple:
         for s, fiw in stage_costs(blocks, layer_meshes, chunks).items():
             cold.setdefault(s, {})[state] = Costs(*fiw)
     costs = StaticCosts(1.0, 1.0, 1.0, job=profile["job"], message=profile["message"], latency=profile["latency"],
-                        step=profile.get("step", 0.0))
+                        step=profile.get("step", 0.0), recv=profile.get("recv", "rendezvous"))
     return costs, per_stage, cold
 
 

@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <string>
@@ -152,6 +153,65 @@ void Drain(std::string ring_id, SendQueue* q) {
   }
 }
 
+// A receive channel, posted ahead. A recv op that carries its ring's plan (the byte sizes of the
+// ring's receives in one step, in order: the pipeline's job list fixes it) hands the whole
+// step's plan to one thread per ring at the step's first receive; the thread posts each gloo
+// receive as soon as the one before has landed, so a message sent while this rank computes
+// lands while it computes (gloo moves a message's data only once its receive is posted: a late
+// post costs a hand-off through the sender's I/O thread, 0.3 ms on a loaded 2-CPU machine; docs/
+// static_engine.md, "Tenth pass"). The thread posts no more than the step's plan: nothing is
+// left posted between steps, so nothing can wait for a message that never comes.
+struct RecvQueue {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<int64_t> to_post;        // byte sizes the thread has still to receive, in order
+  std::deque<paddle::Tensor> landed;  // received, not yet taken by an op
+  std::vector<int64_t> plan;          // the step's plan, set at its first receive
+  size_t next = 0;                    // the op side: index of the next receive in the plan
+  std::string error;
+};
+
+void ReceiveAhead(std::string ring_id, int peer, RecvQueue* q) {
+  pthread_setname_np(pthread_self(), "pe_gloo_recv");
+  ShortSlice();
+  for (;;) {
+    int64_t nbytes = 0;
+    {
+      std::unique_lock<std::mutex> lock(q->mu);
+      q->cv.wait(lock, [q] { return !q->to_post.empty(); });
+      nbytes = q->to_post.front();
+    }
+    auto buffer = paddle::empty({nbytes}, paddle::DataType::UINT8, paddle::CPUPlace());
+    std::string error;
+    try {
+      Ring(ring_id)->Recv(Dense(buffer), peer, 0);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    std::lock_guard<std::mutex> lock(q->mu);
+    if (error.empty()) {
+      q->to_post.pop_front();
+      q->landed.push_back(buffer);
+    } else {
+      q->error = error;
+      q->to_post.clear();
+    }
+    q->cv.notify_all();
+  }
+}
+
+RecvQueue* RecvQueueOf(const std::string& ring_id, int peer) {
+  static std::mutex mu;
+  static auto* queues = new std::unordered_map<std::string, RecvQueue*>();  // never freed: threads outlive exit
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = queues->find(ring_id);
+  if (it != queues->end()) return it->second;
+  auto* q = new RecvQueue();
+  (*queues)[ring_id] = q;
+  std::thread(ReceiveAhead, ring_id, peer, q).detach();
+  return q;
+}
+
 SendQueue* QueueOf(const std::string& ring_id) {
   static std::mutex mu;
   static auto* queues = new std::unordered_map<std::string, SendQueue*>();  // never freed: threads outlive exit
@@ -176,9 +236,35 @@ std::vector<paddle::Tensor> Send(const paddle::Tensor& x, const std::string& rin
   q->cv.notify_all();
   return {paddle::full({1}, 0, x.dtype(), x.place())};
 }
-std::vector<paddle::Tensor> Recv(const paddle::Tensor& like, const std::string& ring_id, int peer) {
+std::vector<paddle::Tensor> Recv(const paddle::Tensor& like, const std::string& ring_id, int peer,
+                                 const std::vector<int64_t>& plan) {
   auto out = paddle::empty(like.shape(), like.dtype(), like.place());
-  Call("recv", ring_id, [&] { Ring(ring_id)->Recv(Dense(out), peer, 0); });
+  if (plan.empty()) {  // no plan (dynamic shapes, or PADDLE_EXT_RECV_AHEAD=0): a blocking receive
+    Call("recv", ring_id, [&] { Ring(ring_id)->Recv(Dense(out), peer, 0); });
+    return {out};
+  }
+  RecvQueue* q = RecvQueueOf(ring_id, peer);
+  const int64_t nbytes = out.numel() * static_cast<int64_t>(phi::SizeOf(out.dtype()));
+  paddle::Tensor landed;
+  {
+    std::unique_lock<std::mutex> lock(q->mu);
+    PD_CHECK(q->error.empty(), "paddle-ext gloo recv on ring ", ring_id, " failed: ", q->error);
+    if (q->next == 0) {  // the step's first receive on this ring: post the whole step
+      q->plan = plan;
+      q->to_post.assign(plan.begin(), plan.end());
+      q->cv.notify_all();
+    }
+    PD_CHECK(q->plan == plan && q->plan[q->next] == nbytes, "paddle-ext gloo recv on ring ", ring_id,
+             ": receive ", q->next, " of the step expects ", q->plan[q->next], " bytes from its plan, this one ",
+             nbytes, "; the job list ran out of the order it was planned in (a step cut short?). "
+             "PADDLE_EXT_RECV_AHEAD=0 receives without a plan");
+    q->cv.wait(lock, [q] { return !q->landed.empty() || !q->error.empty(); });
+    PD_CHECK(q->error.empty(), "paddle-ext gloo recv on ring ", ring_id, " failed: ", q->error);
+    landed = q->landed.front();
+    q->landed.pop_front();
+    q->next = (q->next + 1) % q->plan.size();
+  }
+  std::memcpy(Dense(out)->data(), Dense(landed)->data(), static_cast<size_t>(nbytes));
   return {out};
 }
 std::vector<paddle::Tensor> AllReduce(const paddle::Tensor& x, const std::string& ring_id, int reduce_op) {
@@ -212,6 +298,10 @@ std::vector<paddle::Tensor> Broadcast(const paddle::Tensor& x, const std::string
 }
 
 std::vector<std::vector<int64_t>> SameShape(const std::vector<int64_t>& x) { return {x}; }
+std::vector<std::vector<int64_t>> RecvShape(const std::vector<int64_t>& x, const std::string& ring_id, int peer,
+                                            const std::vector<int64_t>& plan) {
+  return {x};
+}
 std::vector<std::vector<int64_t>> OneShape(const std::vector<int64_t>& x) { return {{1}}; }
 std::vector<std::vector<int64_t>> GatherShape(const std::vector<int64_t>& x, const std::string& ring_id, int nranks) {
   auto s = x;
@@ -230,7 +320,10 @@ std::vector<paddle::DataType> SameType(const paddle::DataType& t) { return {t}; 
       .SetKernelFn(PD_KERNEL(fn)).SetInferShapeFn(PD_INFER_SHAPE(shape))          \
       .SetInferDtypeFn(PD_INFER_DTYPE(SameType))
 PE_OP(pe_gloo_send, Send, "peer: int", OneShape);
-PE_OP(pe_gloo_recv, Recv, "peer: int", SameShape);
+PD_BUILD_OP(pe_gloo_recv).Inputs({"X"}).Outputs({"Out"})
+    .Attrs({"ring: std::string", "peer: int", "plan: std::vector<int64_t>"})
+    .SetKernelFn(PD_KERNEL(Recv)).SetInferShapeFn(PD_INFER_SHAPE(RecvShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(SameType));
 PE_OP(pe_gloo_all_reduce, AllReduce, "reduce_op: int", SameShape);
 PE_OP(pe_gloo_all_gather, AllGather, "nranks: int", GatherShape);
 PE_OP(pe_gloo_broadcast, Broadcast, "root: int", SameShape);

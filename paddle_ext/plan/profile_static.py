@@ -11,7 +11,10 @@ from the two ranks' traces (:func:`job_times`, :func:`handoffs`):
 * ``message_s``: the median time of a gloo send op (the copy and hand-off to the send thread);
 * ``latency_s``: the mean time from the later of a message's send and receive ops starting to the
   end of its receive (the mean: the hand-off runs on a send thread and gloo's I/O thread, which
-  share the sender's core with its compute, and their waits are a long tail the step pays).
+  share the sender's core with its compute, and their waits are a long tail the step pays); with
+  receives posted ahead (``recv`` ``"ahead"``, the default) from the send's start, over the
+  messages whose receive op waited (:func:`handoffs`);
+* ``recv``: how the receives were posted (:func:`recv_mode`), so the simulator models them alike.
 
 :mod:`.static_engine_cost` turns them into the simulator's
 :class:`~paddle_ext.passes.static.job_model.StaticCosts`. ``tools/static_profile.py`` reads the
@@ -34,6 +37,7 @@ import paddle.nn.functional as F
 import paddle.profiler as profiler
 
 from .. import install
+from ..compat.ports.static_collectives import recv_ahead
 from ..launcher import run_ranks
 from ..passes.static import passes as static_passes
 
@@ -210,15 +214,26 @@ def step_overhead_ms(sequences) -> float:
     return statistics.median(outside) / 1000
 
 
-def handoffs(traces) -> list:
+def handoffs(traces, recv: str = "rendezvous") -> list:
     """Per message, the time (us) from the later of its send and receive ops starting to the end
     of its receive: the two ranks' n-th gloo send and receive on one direction are one message
-    (one ring per pair of ranks, sends drained in order)."""
+    (one ring per pair of ranks, sends drained in order). ``recv="ahead"`` (receives posted ahead
+    by the channel's thread): from the send's start, over the messages whose receive op waited
+    for them (started before the send): the others had landed before their op asked."""
     out = []
     for a, b in ((0, 1), (1, 0)):
-        out += [r_end - max(r_start, s_start)
-                for (s_start, _), (r_start, r_end) in zip(traces[a]["gloo_send"], traces[b]["gloo_recv"])]
+        pairs = zip(traces[a]["gloo_send"], traces[b]["gloo_recv"])
+        if recv == "ahead":
+            out += [r_end - s_start for (s_start, _), (r_start, r_end) in pairs if r_start < s_start]
+        else:
+            out += [r_end - max(r_start, s_start) for (s_start, _), (r_start, r_end) in pairs]
     return out
+
+
+def recv_mode() -> str:
+    """How this process's static Engine posts receives: ``"ahead"`` (the default) or
+    ``"rendezvous"`` (``PADDLE_EXT_RECV_AHEAD=0``); ``passes.static.job_model.RECV_MODELS``."""
+    return "ahead" if recv_ahead() else "rendezvous"
 
 
 def job_overhead_ms(traces) -> float:
@@ -231,11 +246,12 @@ def job_overhead_ms(traces) -> float:
 def runtime_from(traces) -> dict:
     """The ``static_engine`` section (seconds) from the two ranks' :func:`job_times`."""
     sends = [d for t in traces for d in t["send"]]
-    waits = handoffs(traces)
+    recv = recv_mode()
+    waits = handoffs(traces, recv)
     if not sends or not waits:
         raise ValueError("the profiled steps hold no gloo send or receive: not a pipeline run")
     return {"job_s": job_overhead_ms(traces) / 1000, "message_s": statistics.median(sends) / 1e6,
-            "latency_s": statistics.mean(waits) / 1e6}
+            "latency_s": statistics.mean(waits) / 1e6, "recv": recv}
 
 
 def measure_static_engine(timeout: float = 600.0, log_dir=None, **sizes) -> dict:
@@ -253,5 +269,5 @@ def measure_static_engine(timeout: float = 600.0, log_dir=None, **sizes) -> dict
     return section
 
 
-__all__ = ["build_mlp", "handoffs", "job_sequences", "job_times", "measure_static_engine", "profile_rank", "runtime_from",
+__all__ = ["build_mlp", "handoffs", "job_sequences", "job_times", "measure_static_engine", "profile_rank", "recv_mode", "runtime_from",
            "step_overhead_ms", "window"]

@@ -12,8 +12,9 @@ runtime (pure: no Paddle).
   (merged where paddle-ext's passes merge them; Paddle's own FThenB/1F1B/VPP passes as their
   jobs order their messages), each job paying the executor's fixed ``job_s``, each send
   ``message_s``, and every message arriving ``latency_s`` plus its bytes at the p2p line's rate
-  after the later of its send and its receive (gloo's rendezvous). The three come from the
-  profile's ``static_engine`` section, measured by ``paddle-ext profile --static``
+  after its send (receives posted ahead, ``recv`` ``"ahead"``) or after the later of its send and
+  its receive (``"rendezvous"``, gloo's hand-off when a receive is posted by its op). They come
+  from the profile's ``static_engine`` section, measured by ``paddle-ext profile --static``
   (:mod:`.profile_static`).
 
 A plan's ``schedule`` is the ``strategy.pipeline.schedule_mode`` that runs it: Paddle's own pass
@@ -22,7 +23,7 @@ for FThenB, 1F1B and VPP, paddle-ext's pass for every other schedule.
 >>> from .profile_data import Profile
 >>> p = Profile.from_json({"source": "t", "static_engine": {"job_s": 1e-4, "message_s": 2e-5, "latency_s": 3e-4}})
 >>> static_runtime(p)
-StaticRuntime(job_s=0.0001, message_s=2e-05, latency_s=0.0003)
+StaticRuntime(job_s=0.0001, message_s=2e-05, latency_s=0.0003, recv='rendezvous')
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from typing import Mapping, Tuple
 
 from ..errors import PaddleExtError
 from ..passes.sim_model import Costs
-from ..passes.static.job_model import PADDLE_PASSES, StaticCosts, simulate_static
+from ..passes.static.job_model import PADDLE_PASSES, RECV_MODELS, StaticCosts, simulate_static
 from .errors import ProfileError
 from .profile_data import Profile
 
@@ -45,11 +46,14 @@ DYGRAPH_ONLY = ("pipeline", "blocks")
 
 @dataclass(frozen=True)
 class StaticRuntime:
-    """The static Engine's runtime per job, per message and per hand-off, in seconds."""
+    """The static Engine's runtime per job, per message and per hand-off, in seconds, and how it
+    posts receives (``recv``: ``"ahead"`` or ``"rendezvous"``, as measured; a profile without it
+    was measured before receives were posted ahead)."""
 
     job_s: float
     message_s: float
     latency_s: float
+    recv: str = "rendezvous"
 
 
 def static_runtime(profile: Profile) -> StaticRuntime:
@@ -66,7 +70,11 @@ def static_runtime(profile: Profile) -> StaticRuntime:
             raise ProfileError(f"profile {profile.path}: static_engine.{key} = {value!r} must be seconds >= 0; "
                                f"{STATIC_HINT}")
         values.append(float(value))
-    return StaticRuntime(*values)
+    recv = entry.get("recv", "rendezvous")
+    if recv not in RECV_MODELS:
+        raise ProfileError(f"profile {profile.path}: static_engine.recv = {recv!r} must be one of "
+                           f"{sorted(RECV_MODELS)}; {STATIC_HINT}")
+    return StaticRuntime(*values, recv=recv)
 
 
 def static_view(profile: Profile) -> Profile:
@@ -91,7 +99,8 @@ def static_simulate(schedule: str, pp: int, m: int, chunks: int, stage_times: Tu
     of stage ``s``; ``latency_s`` from the later of a message's send and receive to its data on the
     receiving rank (the runtime's hand-off and the bytes on the wire); ``runtime`` gives the cost
     per job and message."""
-    costs = StaticCosts(1.0, 1.0, 1.0, job=runtime.job_s, message=runtime.message_s, latency=latency_s)
+    costs = StaticCosts(1.0, 1.0, 1.0, job=runtime.job_s, message=runtime.message_s, latency=latency_s,
+                        recv=runtime.recv)
     per_stage = {s: Costs(f, i, w, b) for s, (f, i, w, b) in enumerate(stage_times)}
     r = simulate_static(schedule, pp, m, chunks, costs=costs, paddle_pass=schedule in PADDLE_PASSES,
                         stage_costs=per_stage)

@@ -66,6 +66,10 @@ SENDS = (Kind.SEND_F, Kind.SEND_B)
 PADDLE_PASSES = ("FThenB", "1F1B", "VPP")
 
 
+#: how the Engine posts a receive (``StaticCosts.recv``) -> the simulator's receive model
+RECV_MODELS = {"rendezvous": "rendezvous", "ahead": "blocking"}
+
+
 @dataclass(frozen=True)
 class StaticCosts:
     """Per-stage compute (``forward``, ``backward_input``, ``backward_weight``; a full backward
@@ -74,7 +78,10 @@ class StaticCosts:
     ``latency`` from the later of a send and its receive being posted to the end of the receive,
     ``step`` once per step outside the micro-batches' jobs (feeding the batch, the optimizer,
     fetching the loss: it adds to every schedule alike). Any unit; :func:`simulate_static`
-    returns makespans in it."""
+    returns makespans in it. ``recv`` is how receives are posted: ``"rendezvous"`` when their
+    op runs (gloo moves the data only then: ``latency`` after the later of the two posts),
+    ``"ahead"`` by the channel's receive thread from the step's plan (the data there ``latency``
+    after its send; ``PADDLE_EXT_RECV_AHEAD``, the default)."""
 
     forward: float
     backward_input: float
@@ -84,8 +91,11 @@ class StaticCosts:
     latency: float = 0.0
     full_backward: Optional[float] = None
     step: float = 0.0
+    recv: str = "rendezvous"
 
     def __post_init__(self):
+        if self.recv not in RECV_MODELS:
+            raise ScheduleError(f"StaticCosts recv={self.recv!r}: use one of {sorted(RECV_MODELS)}")
         for name in ("forward", "backward_input", "backward_weight", "job", "message", "latency", "step"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and value >= 0):
@@ -200,7 +210,7 @@ def simulate_static(name: str, pp_degree: int, n_microbatches: int, n_chunks: Op
         for r, added in cold_extras(lowered, split, cold).items():
             extra[r] = [e + c for e, c in zip(extra[r], added)]
     result = simulate_schedule(lowered, costs.compute(), comm_latency=costs.latency, blocking_sends=False,
-                               recv="rendezvous", extra=extra, stage_costs=stage_costs)
+                               recv=RECV_MODELS[costs.recv], extra=extra, stage_costs=stage_costs)
     return dataclasses.replace(result, makespan=result.makespan + costs.step) if costs.step else result
 
 

@@ -13,6 +13,7 @@ reference (:func:`dense_losses`) trains the very same numbers. A config is a pla
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import numpy as np
@@ -295,6 +296,9 @@ def train_losses(cfg):
         net, opt, loader, loss_fn, strategy = _build(cfg)
     dist.barrier()  # ranks arrive unevenly (op library load); fleet's group rendezvous follows
     record_action(f"building {cfg.get('schedule', 'no-pp')}")
+    ahead_before = os.environ.get("PADDLE_EXT_RECV_AHEAD")
+    if "recv_ahead" in cfg:  # read when the Engine lowers its receives, in the first step
+        os.environ["PADDLE_EXT_RECV_AHEAD"] = "1" if cfg["recv_ahead"] else "0"
     dm = dist.to_static(net, loader, loss_fn, opt, strategy=strategy)
     dm.train()
     losses, times = [], []
@@ -310,13 +314,23 @@ def train_losses(cfg):
         from paddle_ext.compat.ports.static_reshard import install_static_reshard
 
         install_static_reshard()
+    if "recv_ahead" in cfg:
+        os.environ.pop("PADDLE_EXT_RECV_AHEAD", None)
+        if ahead_before is not None:
+            os.environ["PADDLE_EXT_RECV_AHEAD"] = ahead_before
     plan = dm._engine._job_plan
     jobs = [] if plan is None else [(j.type(), j.micro_batch_id()) for j in plan.job_list()]
+    recv_plans = {}  # per channel into this rank, the byte sizes its receive ops were given
+    for t in ([] if plan is None else plan.job_types()):
+        for op in plan.ir_program(t).global_block().ops:
+            if op.name() == "custom_op.pe_gloo_recv":
+                recv_plans.setdefault(op.attrs()["ring"], set()).add(tuple(op.attrs()["plan"]))
     logger.removeHandler(handler)
     from scenario_ranks import rec
 
     params = {_weight_name(k): rec(v) for k, v in dm.state_dict("param").items()}   # this rank's, after training
-    return {"losses": losses, "jobs": jobs, "log": records, "step_seconds": times, "params": params}
+    return {"losses": losses, "jobs": jobs, "log": records, "step_seconds": times, "params": params,
+            "recv_plans": {ring: sorted(p) for ring, p in recv_plans.items()}}
 
 
 def world_group_again(cfg):

@@ -81,7 +81,8 @@ def mlp_run(tmp_path_factory):
     cfgs["IR_1F1B"] = {**PP2, "schedule": "IR_1F1B"}
     cfgs["R->P on stage 1"] = {**PP2, "schedule": "FThenB", "acc": 2, "r_to_p": True, "mesh_1d": True}
     cfgs["R->P on stage 1, Paddle's function"] = {**cfgs["R->P on stage 1"], "paddle_r_to_p": True}
-    cfgs["unknown"] = {**PP2, "schedule": "ZB-H3"}
+    cfgs["ZBV, receives posted when they run"] = {**V2, "schedule": "ZBV", "recv_ahead": False}
+    cfgs["unknown"] = {**PP2, "schedule": "ZB-H3"}  # last: Paddle cannot build another model after it
     return _launch(cfgs, 2, tmp_path_factory.mktemp("static_mlp"))
 
 
@@ -105,6 +106,26 @@ def test_job_lists_come_from_the_schedules(mlp_run):
             assert [tuple(j) for j in jobs[name][rank]] == list(want), (name, rank)
             assert len(want) < len(compile_jobs(name, 2, PP2["acc"], chunks, rank=rank))
     assert ("recv_forward", 0) in jobs["1F1B"][1]  # Paddle's own 1F1B pass, run on gloo
+
+
+def test_receives_are_posted_ahead_from_the_step_plan(mlp_run):
+    """Every pipeline receive carries its channel's plan for one step (the receive thread posts the
+    step's receives ahead from it): one entry per message the rank takes on that channel in a
+    step, each a micro-batch's activation or its gradient ([rows, hidden] float32). With
+    PADDLE_EXT_RECV_AHEAD=0 the receives carry none (they block when they run), and that ZBV
+    trains as exactly as the others (test_mlp_every_plan_matches_dense)."""
+    names, cfgs, results = mlp_run
+    message = sr.BATCH // PP2["acc"] * sr.HIDDEN * 4
+    # per rank, the channel it receives on and the messages per step: FThenB and 1F1B receive
+    # activations on the last stage and gradients on the first; ZBV's ranks each take both
+    want = {"FThenB": 4, "1F1B": 4, "ZBH1": 4, "ZBV": 8}
+    for name, per_step in want.items():
+        for rank, r in enumerate(results):
+            plans = r[names.index(name)]["recv_plans"]
+            assert plans == {f"paddle_ext:p2p:{1 - rank}>{rank}": [(message,) * per_step]}, (name, rank, plans)
+    for rank, r in enumerate(results):
+        plans = r[names.index("ZBV, receives posted when they run")]["recv_plans"]
+        assert plans == {f"paddle_ext:p2p:{1 - rank}>{rank}": [()]}, (rank, plans)
 
 
 def test_r_to_p_off_stage_0_needs_the_fixed_function(mlp_run):

@@ -24,6 +24,7 @@ import contextlib
 import ctypes
 import functools
 import logging
+import math
 import os
 import platform
 
@@ -191,10 +192,48 @@ NO_CPU_KERNEL = ("pd_op.reduce_scatter",)
 NOT_P2P = tuple(n for n in COLLECTIVES if n not in ("pd_op.send_v2", "pd_op.recv_v2"))
 
 
-def lower_collectives(program, rank: int, names=COLLECTIVES, ops=None) -> dict:
+def recv_ahead() -> bool:
+    """Whether pipeline receives are posted ahead (``PADDLE_EXT_RECV_AHEAD``, default on; ``0``
+    receives each message when its op runs, as before)."""
+    return os.environ.get("PADDLE_EXT_RECV_AHEAD", "1").strip() not in ("0", "false", "no", "off")
+
+
+def _p2p_recv(op, rank: int):
+    """``(channel, bytes)`` of a ``recv_v2`` between two ranks (bytes ``None`` when a dimension is
+    dynamic), else ``None``."""
+    if op.name() != "pd_op.recv_v2":
+        return None
+    attrs = op.attrs()
+    group = get_process_group(attrs["ring_id"])
+    if group is None or len(group.ranks) < 2:
+        return None
+    shape = [int(d) for d in attrs["out_shape"]]
+    size = None if any(d < 0 for d in shape) else math.prod(shape) * core.size_of_dtype(attrs["dtype"])
+    return p2p_key(int(group.ranks[attrs["peer"]]), rank), size
+
+
+def recv_plans(plan, rank: int) -> dict:
+    """Per channel into ``rank``, the byte sizes of its receives in one step of the job list
+    ``plan`` (``core.Plan``), in the order they run: the gloo receive op posts a step's receives
+    ahead from it (``paddle_ext/csrc/gloo_ops.cc``, ``RecvQueue``). A channel with a dynamic
+    shape gets no plan (its receives block when they run); none at all when
+    :func:`recv_ahead` is off."""
+    if plan is None or not recv_ahead():
+        return {}
+    received = {t: [r for r in map(lambda op: _p2p_recv(op, rank), plan.ir_program(t).global_block().ops) if r]
+                for t in plan.job_types()}
+    sizes: dict = {}
+    for job in plan.job_list():
+        for channel, size in received.get(job.type(), ()):
+            sizes.setdefault(channel, []).append(size)
+    return {channel: s for channel, s in sizes.items() if None not in s}
+
+
+def lower_collectives(program, rank: int, names=COLLECTIVES, ops=None, plans=None) -> dict:
     """Rewrite the collectives ``names`` of ``program`` into the gloo ops; returns counts by op
     name. Groups of one rank are left to Paddle (which removes them); an unsupported reduce or
-    a ring that is not a static process group raises :class:`ScheduleError`."""
+    a ring that is not a static process group raises :class:`ScheduleError`. ``plans`` (from
+    :func:`recv_plans`) gives each receiving channel its step's plan."""
 
     ops = ops or load_gloo_ops()
     counts: dict = {}
@@ -218,7 +257,8 @@ def lower_collectives(program, rank: int, names=COLLECTIVES, ops=None) -> dict:
                     new = ops.pe_gloo_send(op.operand_source(0), p2p_key(rank, peer), 1)
                 else:
                     like = paddle._C_ops.empty(list(attrs["out_shape"]), attrs["dtype"], paddle.CPUPlace())
-                    new = ops.pe_gloo_recv(like, p2p_key(peer, rank), 0)
+                    channel = p2p_key(peer, rank)
+                    new = ops.pe_gloo_recv(like, channel, 0, list((plans or {}).get(channel, ())))
                     op.result(0).replace_all_uses_with(new)
             else:
                 x = op.operand_source(0)
@@ -289,10 +329,11 @@ def lower_engine_collectives(engine, mode, names=COLLECTIVES) -> dict:
     runs for ``mode`` (:func:`engine_programs`), stream events stripped."""
 
     rank = paddle.distributed.get_rank()
+    plans = recv_plans(engine._job_plan, rank) if "pd_op.recv_v2" in names else {}
     total: dict = {}
     for program in engine_programs(engine, mode):
         strip_stream_events(program)
-        for name, n in lower_collectives(program, rank, names=names).items():
+        for name, n in lower_collectives(program, rank, names=names, plans=plans).items():
             total[name] = total.get(name, 0) + n
     logger.info("rank %d: collectives on gloo ops: %s", rank, total)
     return total
