@@ -29,7 +29,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -121,16 +120,9 @@ def replay(mode: str, per_rank, latency: float, pp: int = 2, m: int = 8, recv: s
 def check(hidden: int, acc: int, rows: int, steps: int, env=None) -> dict:
     """Launch (module doc) and return ``{"profile": costs, mode: {"measured", "simulated",
     "charged", "ran", "replay"}}`` (ms)."""
-    from paddle_ext.launcher import run_ranks
-
-    out_dir = tempfile.mkdtemp(prefix="static_check_")
     common = {"acc": acc, "steps": steps, "hidden": hidden, "batch": rows * acc}
     cfgs = [dict(common, schedule=mode, layer_meshes=meshes, vpp=chunks) for mode, (_, meshes, chunks) in PLANS.items()]
-    results = run_ranks(sp.profile_rank, nproc=2, args=(cfgs, out_dir), timeout=900, pin_cpus=True, env=env,
-                        log_dir=os.path.join(out_dir, "logs"))
-    sequences = {cfg["schedule"]: [sp.job_sequences(r[i]["trace"], r[i]["window"]) for r in results]
-                 for i, cfg in enumerate(cfgs)}
-    zbv = [sp.job_times(r[0]["trace"], r[0]["window"]) for r in results]
+    zbv, sequences = sp.launch_and_read(cfgs, "static_check_", timeout=900, env=env)
     prof = sp.costs_from(zbv, {mode: sequences[mode] for mode in PROFILED})
     report: dict = {"profile": prof}
     for mode in PLANS:

@@ -223,19 +223,28 @@ def profile(hidden: int, acc: int, steps: int = PROFILE_STEPS, timeout: int = 60
     """Launch the profile (module doc): ``steps`` rounds, ``acc`` micro-batches of ``rows`` rows,
     the ranks' environment plus ``env``, each rank bound as ``binding`` says (:data:`PIN`), and
     return :func:`costs_from`'s figures."""
-    import static_profile as me  # importable by module name in the ranks
-    from paddle_ext.launcher import run_ranks
-
-    out_dir = tempfile.mkdtemp(prefix="static_profile_")
     common = {"acc": acc, "steps": steps, "vpp": 2, "hidden": hidden, "batch": rows * acc}
     cfgs = [dict(common, schedule="ZBV", layer_meshes=[0, 1, 1, 0]),
             dict(common, schedule="IR_VPP", layer_meshes=[0, 1, 0, 1]),
             dict(common, schedule="LoopedBFS", layer_meshes=[0, 1, 0, 1])]
+    return costs_from(*launch_and_read(cfgs, "static_profile_", timeout=timeout, env=env, binding=binding))
+
+
+def launch_and_read(cfgs, prefix: str, timeout: int, env=None, binding: str = "process") -> tuple:
+    """Launch :func:`profile_rank` on 2 ranks for ``cfgs`` (the first one ZBV) in a new
+    directory named ``prefix``..., ranks bound as ``binding`` says, and read the traces:
+    ``(ZBV's per-rank job_times, {schedule: per-rank job_sequences})``, as :func:`costs_from`
+    takes them."""
+    from paddle_ext.launcher import run_ranks
+
+    import static_profile as me  # importable by module name in the ranks
+
+    out_dir = tempfile.mkdtemp(prefix=prefix)
     results = run_ranks(me.profile_rank, nproc=2, args=(cfgs, out_dir), timeout=timeout, pin_cpus=PIN[binding],
                         env=env, log_dir=os.path.join(out_dir, "logs"))
-    return costs_from([job_times(r[0]["trace"], r[0]["window"]) for r in results],
-                      {cfg["schedule"]: [job_sequences(r[i]["trace"], r[i]["window"]) for r in results]
-                       for i, cfg in enumerate(cfgs)})
+    return ([job_times(r[0]["trace"], r[0]["window"]) for r in results],
+            {cfg["schedule"]: [job_sequences(r[i]["trace"], r[i]["window"]) for r in results]
+             for i, cfg in enumerate(cfgs)})
 
 
 def main(argv=None) -> int:

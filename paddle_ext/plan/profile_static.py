@@ -23,6 +23,7 @@ same traces for the benchmark's per-block costs.
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import os
 import re
@@ -140,7 +141,14 @@ def profile_rank(cfgs, out_dir: str, build=build_mlp) -> list:
 
 
 def _complete_events(trace_path: str) -> list:
-    """The complete (``"ph": "X"``) events of a Chrome trace file."""
+    """The complete (``"ph": "X"``) events of a Chrome trace file (read once per version of the
+    file: :func:`job_times` and :func:`job_sequences` read the same two ranks' traces in turn)."""
+    info = os.stat(trace_path)
+    return _read_events(trace_path, info.st_mtime_ns, info.st_size)
+
+
+@functools.lru_cache(maxsize=2)
+def _read_events(trace_path: str, mtime_ns: int, size: int) -> list:
     with open(trace_path, encoding="utf-8") as f:
         data = json.load(f)
     return [e for e in (data["traceEvents"] if isinstance(data, dict) else data) if e.get("ph") == "X"]

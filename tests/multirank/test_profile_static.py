@@ -19,6 +19,7 @@ def test_the_static_engine_section_is_measured_and_read_back(tmp_path):
     for name, value in (("job", runtime.job_s), ("message", runtime.message_s), ("latency", runtime.latency_s)):
         assert 0.0 < value < 0.02, (name, value)
     assert "ZBV, 2 ranks, 4 blocks of hidden 128" in section["measured"]
+    assert runtime.recv == "ahead"  # the default transport: receives posted ahead
 
 
 def test_job_times_take_the_jobs_inside_the_profiled_steps_only(tmp_path):

@@ -115,6 +115,22 @@ def test_a_profile_without_the_static_section_says_how_to_measure_it():
     with pytest.raises(PaddleExtError, match=r"say dygraph .* or static"):
         search(MODEL, profile(), 2, engine="compiled")
     assert static_runtime(profile(job=1e-4, message=2e-5, latency=3e-4)) == StaticRuntime(1e-4, 2e-5, 3e-4)
+    bad = profile()
+    bad.data["static_engine"]["recv"] = "early"
+    with pytest.raises(ProfileError, match=r"static_engine.recv = 'early' must be one of \['ahead', 'rendezvous'\]"):
+        static_runtime(bad)
+
+
+def test_the_profile_says_how_receives_were_posted_and_the_plan_follows_it():
+    """A message sent before its receive is asked for: with receives posted ahead it is there
+    (no hand-off after the later post), so the same plan is never slower and here faster; a
+    profile without ``recv`` was measured with receives posted by their ops."""
+    rendezvous, ahead = profile(job=1e-3, latency=2.0), profile(job=1e-3, latency=2.0)
+    ahead.data["static_engine"]["recv"] = "ahead"
+    assert static_runtime(rendezvous).recv == "rendezvous" and static_runtime(ahead).recv == "ahead"
+    c = Candidate(dp=1, tp=1, pp=2, microbatches=4, schedule="ZBV", chunks=2)
+    slow, fast = static_predict(c, rendezvous).step_s, static_predict(c, ahead).step_s
+    assert fast < slow, (fast, slow)
 
 
 def test_the_cli_refuses_to_run_static_plans_with_the_dygraph_runner(tmp_path, capsys):

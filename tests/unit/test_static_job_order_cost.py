@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from paddle_ext.errors import ScheduleError
 from paddle_ext.passes import Costs
 from paddle_ext.passes.schedule_ir import Action, Kind
 from paddle_ext.passes.static.job_model import StaticCosts, cold_states, simulate_static
@@ -136,3 +137,17 @@ def test_a_block_seen_at_one_level_takes_the_ratio_of_the_blocks_that_ran_both(t
     assert blocks[3][0] == pytest.approx(2.0) and cold["weights"][3][0] == pytest.approx(1.0)
     assert blocks[0][0] == pytest.approx(1.0) and cold["weights"][0][0] == pytest.approx(0.5)
     assert blocks[0][1] == pytest.approx(0.01) and cold["weights"][0][1] == 0.0
+
+
+def test_receives_posted_ahead_take_a_message_sent_before_them_without_a_hand_off():
+    """FThenB, 2 ranks, 2 micro-batches, F = 1, B = I + W = 2, latency 0.5, by hand. Stage 1 asks
+    for F1 at 2.5 (after F0 at 1.5-2.5), stage 0 sent it at 2: a receive posted by its op gets
+    the data at 3.0 (the later post + 0.5), one posted ahead at 2.5 (sent + 0.5, there when
+    asked). Rendezvous: F1 3-4, B0 4-6, B1 6-8; stage 0 gets B0 at 6.5 (B0 6.5-8.5) and B1, sent
+    at 8 and asked at 8.5, at 9: B1 9-11. Ahead: F1 2.5-3.5, B0 3.5-5.5, B1 5.5-7.5; stage 0 B0
+    6-8, B1 (there at 8) 8-10."""
+    for recv, want in (("rendezvous", 11.0), ("ahead", 10.0)):
+        costs = StaticCosts(1, 1, 1, latency=0.5, recv=recv)
+        assert simulate_static("FThenB", 2, 2, costs=costs).makespan == pytest.approx(want), recv
+    with pytest.raises(ScheduleError, match=r"recv='early': use one of \['ahead', 'rendezvous'\]"):
+        StaticCosts(1, 1, 1, recv="early")
