@@ -321,7 +321,7 @@ def _profiles(args) -> dict:
         cold = "; ".join(f"{state} " + ", ".join(f"{b}: " + "/".join(f"{x:.3f}" for x in fiw) for b, fiw in sorted(blocks.items()))
                          for state, blocks in prof.get("cold", {}).items())
         print(f"profile, {binding} binding (ms): job {prof['job']:.3f}, send {prof['message']:.3f}, latency "
-              f"{prof['latency']:.3f} (receives {prof.get('recv', 'rendezvous')}; median {prof['latency_median']:.3f} when the receive waits), "
+              f"{prof['latency']:.3f} (receives {prof.get('recv', 'rendezvous')}, a landed one's op {prof.get('receive', 0.0):.3f}; median {prof['latency_median']:.3f} when the receive waits), "
               f"step {prof.get('step', 0.0):.3f}, warm F/I/W/B per block {blocks}; cold adds: {cold}")
         out[binding] = prof
     return out

@@ -23,6 +23,8 @@ inside it, and the rest, the executor's fixed cost of a job. From them:
   which under ``--binding process`` share the sender's core with its compute, and waits for them
   (up to a scheduler slice) are a long tail the step pays in full; ``latency_median`` is the fast
   case alone;
+* ``receive``: with receives posted ahead, the mean time of a receive op whose message had landed
+  (asked for 1 ms or more after its send: ``profile_static.landed_receives``), 0 otherwise;
 * per block: the mean ``F``, ``I``, ``W`` and full backward ``B`` of its *warm* jobs (the rank's
   job before touched the same state of the same block: ``job_model.cold_states``), each less
   ``job`` (means, not medians: the times are skewed, a few jobs run much longer on a shared
@@ -56,7 +58,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "multirank"))
 
 # the trace readers ``paddle-ext profile --static`` uses for the static Engine's runtime costs
 from paddle_ext.plan import profile_static  # noqa: E402
-from paddle_ext.plan.profile_static import (handoffs, job_overhead_ms, job_sequences, job_times, recv_mode,  # noqa: E402,F401,E501
+from paddle_ext.plan.profile_static import (handoffs, job_overhead_ms, job_sequences, job_times,  # noqa: E402,F401
+                                            landed_receives, recv_mode,
                                             step_overhead_ms, window)
 
 #: glibc malloc settings for the ranks (``--glibc-default`` in bench_static.py drops them): one arena,
@@ -103,7 +106,9 @@ def costs_from(traces, sequences) -> dict:
     waits = handoffs(traces, recv)
     block_of = {"ZBV": V_BLOCK, "IR_VPP": LOOP_BLOCK, "LoopedBFS": LOOP_BLOCK}
     blocks, cold = warm_and_cold([(block_of[k], v) for k, v in sequences.items()], job)
+    landed = landed_receives(traces) if recv == "ahead" else []
     return {"job": job, "message": statistics.median(sends) / 1000 if sends else 0.0, "recv": recv,
+            "receive": statistics.mean(landed) / 1000 if landed else 0.0,
             "latency": statistics.mean(waits) / 1000 if waits else 0.0,
             "latency_median": statistics.median(first) / 1000 if first else 0.0, "blocks": blocks, "cold": cold,
             "step": step_overhead_ms([seq for per_rank in sequences.values() for seq in per_rank])}
@@ -202,7 +207,8 @@ def simulator_costs(profile: dict, layer_meshes, chunks: int) -> tuple:
         for s, fiw in stage_costs(blocks, layer_meshes, chunks).items():
             cold.setdefault(s, {})[state] = Costs(*fiw)
     costs = StaticCosts(1.0, 1.0, 1.0, job=profile["job"], message=profile["message"], latency=profile["latency"],
-                        step=profile.get("step", 0.0), recv=profile.get("recv", "rendezvous"))
+                        step=profile.get("step", 0.0), recv=profile.get("recv", "rendezvous"),
+                        receive=profile.get("receive", 0.0))
     return costs, per_stage, cold
 
 

@@ -25,9 +25,10 @@ one by hand for hardware they do not have (``examples/profiles/h100_8x_published
                   without sequence parallelism, S samples) beyond its dense compute, timed on the
                   model's own auto layer (:mod:`.profile_blocks`); replaces the formula's
                   tensor-parallel collectives and dispatch for that model's blocks
-``static_engine`` ``{"job_s", "message_s", "latency_s", "recv"}``: the static Engine's fixed cost per
-                  job, per send, and a message's hand-off, and how receives were posted
-                  (``"ahead"``, else ``"rendezvous"``) (``paddle-ext profile --static``; read by
+``static_engine`` ``{"job_s", "message_s", "latency_s", "recv", "receive_s"}``: the static Engine's
+                  fixed cost per job, per send, and a message's hand-off, how receives were
+                  posted (``"ahead"``, else ``"rendezvous"``) and, posted ahead, a landed
+                  receive's cost (``paddle-ext profile --static``; read by
                   ``plan --engine static``: :mod:`.static_engine_cost`)
 ``host``          ``{"cores"}``: CPU cores the ranks share (CPU ranks only; absent where every rank
                   owns its device): ranks computing at once beyond the cores slow each other down

@@ -14,7 +14,9 @@ from the two ranks' traces (:func:`job_times`, :func:`handoffs`):
   share the sender's core with its compute, and their waits are a long tail the step pays); with
   receives posted ahead (``recv`` ``"ahead"``, the default) from the send's start, over the
   messages whose receive op waited (:func:`handoffs`);
-* ``recv``: how the receives were posted (:func:`recv_mode`), so the simulator models them alike.
+* ``recv``: how the receives were posted (:func:`recv_mode`), so the simulator models them alike;
+* ``receive_s``: posted ahead, the mean time of a receive op whose message had landed
+  (:func:`landed_receives`; 0 with ``"rendezvous"``, where that work is inside ``latency_s``).
 
 :mod:`.static_engine_cost` turns them into the simulator's
 :class:`~paddle_ext.passes.static.job_model.StaticCosts`. ``tools/static_profile.py`` reads the
@@ -238,6 +240,17 @@ def handoffs(traces, recv: str = "rendezvous") -> list:
     return out
 
 
+def landed_receives(traces, after_us: float = 1000.0) -> list:
+    """The time (us) of each receive op asked for at least ``after_us`` after its message's send
+    started: with receives posted ahead its message has landed, and the op only takes it from
+    the channel's thread and copies it out (a receive's own cost, ``StaticCosts.receive``)."""
+    out = []
+    for a, b in ((0, 1), (1, 0)):
+        out += [r_end - r_start for (s_start, _), (r_start, r_end) in zip(traces[a]["gloo_send"], traces[b]["gloo_recv"])
+                if r_start - s_start >= after_us]
+    return out
+
+
 def recv_mode() -> str:
     """How this process's static Engine posts receives: ``"ahead"`` (the default) or
     ``"rendezvous"`` (``PADDLE_EXT_RECV_AHEAD=0``); ``passes.static.job_model.RECV_MODELS``."""
@@ -258,8 +271,10 @@ def runtime_from(traces) -> dict:
     waits = handoffs(traces, recv)
     if not sends or not waits:
         raise ValueError("the profiled steps hold no gloo send or receive: not a pipeline run")
+    landed = landed_receives(traces) if recv == "ahead" else []
     return {"job_s": job_overhead_ms(traces) / 1000, "message_s": statistics.median(sends) / 1e6,
-            "latency_s": statistics.mean(waits) / 1e6, "recv": recv}
+            "latency_s": statistics.mean(waits) / 1e6, "recv": recv,
+            "receive_s": statistics.mean(landed) / 1e6 if landed else 0.0}
 
 
 def measure_static_engine(timeout: float = 600.0, log_dir=None, **sizes) -> dict:
@@ -277,5 +292,5 @@ def measure_static_engine(timeout: float = 600.0, log_dir=None, **sizes) -> dict
     return section
 
 
-__all__ = ["build_mlp", "handoffs", "job_sequences", "job_times", "measure_static_engine", "profile_rank", "recv_mode", "runtime_from",
+__all__ = ["build_mlp", "handoffs", "job_sequences", "job_times", "landed_receives", "measure_static_engine", "profile_rank", "recv_mode", "runtime_from",
            "step_overhead_ms", "window"]

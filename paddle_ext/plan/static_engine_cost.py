@@ -23,7 +23,7 @@ for FThenB, 1F1B and VPP, paddle-ext's pass for every other schedule.
 >>> from .profile_data import Profile
 >>> p = Profile.from_json({"source": "t", "static_engine": {"job_s": 1e-4, "message_s": 2e-5, "latency_s": 3e-4}})
 >>> static_runtime(p)
-StaticRuntime(job_s=0.0001, message_s=2e-05, latency_s=0.0003, recv='rendezvous')
+StaticRuntime(job_s=0.0001, message_s=2e-05, latency_s=0.0003, recv='rendezvous', receive_s=0.0)
 """
 from __future__ import annotations
 
@@ -48,12 +48,14 @@ DYGRAPH_ONLY = ("pipeline", "blocks")
 class StaticRuntime:
     """The static Engine's runtime per job, per message and per hand-off, in seconds, and how it
     posts receives (``recv``: ``"ahead"`` or ``"rendezvous"``, as measured; a profile without it
-    was measured before receives were posted ahead)."""
+    was measured before receives were posted ahead), with a landed receive's own cost
+    (``receive_s``, posted ahead only)."""
 
     job_s: float
     message_s: float
     latency_s: float
     recv: str = "rendezvous"
+    receive_s: float = 0.0
 
 
 def static_runtime(profile: Profile) -> StaticRuntime:
@@ -74,7 +76,11 @@ def static_runtime(profile: Profile) -> StaticRuntime:
     if recv not in RECV_MODELS:
         raise ProfileError(f"profile {profile.path}: static_engine.recv = {recv!r} must be one of "
                            f"{sorted(RECV_MODELS)}; {STATIC_HINT}")
-    return StaticRuntime(*values, recv=recv)
+    receive = entry.get("receive_s", 0.0)
+    if isinstance(receive, bool) or not isinstance(receive, (int, float)) or receive < 0:
+        raise ProfileError(f"profile {profile.path}: static_engine.receive_s = {receive!r} must be seconds >= 0; "
+                           f"{STATIC_HINT}")
+    return StaticRuntime(*values, recv=recv, receive_s=float(receive))
 
 
 def static_view(profile: Profile) -> Profile:
@@ -100,7 +106,7 @@ def static_simulate(schedule: str, pp: int, m: int, chunks: int, stage_times: Tu
     receiving rank (the runtime's hand-off and the bytes on the wire); ``runtime`` gives the cost
     per job and message."""
     costs = StaticCosts(1.0, 1.0, 1.0, job=runtime.job_s, message=runtime.message_s, latency=latency_s,
-                        recv=runtime.recv)
+                        recv=runtime.recv, receive=runtime.receive_s)
     per_stage = {s: Costs(f, i, w, b) for s, (f, i, w, b) in enumerate(stage_times)}
     r = simulate_static(schedule, pp, m, chunks, costs=costs, paddle_pass=schedule in PADDLE_PASSES,
                         stage_costs=per_stage)

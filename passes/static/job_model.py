@@ -60,6 +60,7 @@ __all__ = ["PADDLE_PASSES", "StaticCosts", "simulate_static", "action_jobs", "co
 
 COMM = (Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B)
 SENDS = (Kind.SEND_F, Kind.SEND_B)
+RECVS = (Kind.RECV_F, Kind.RECV_B)
 #: the schedule_modes Paddle's own PIR pipeline passes run (and that work with the gloo backend):
 #: their messages run inside the compute jobs (``simulate_static(paddle_pass=True)``);
 #: paddle-ext's versions of them are registered as ``IR_<name>``
@@ -81,7 +82,10 @@ class StaticCosts:
     returns makespans in it. ``recv`` is how receives are posted: ``"rendezvous"`` when their
     op runs (gloo moves the data only then: ``latency`` after the later of the two posts),
     ``"ahead"`` by the channel's receive thread from the step's plan (the data there ``latency``
-    after its send; ``PADDLE_EXT_RECV_AHEAD``, the default)."""
+    after its send; ``PADDLE_EXT_RECV_AHEAD``, the default), and then ``receive`` is what a
+    receive op costs when its message has landed (taking it from the thread, the copy out),
+    paid before the receive like ``message`` before a send (with ``"rendezvous"`` that work is
+    inside ``latency``: leave it 0)."""
 
     forward: float
     backward_input: float
@@ -92,11 +96,12 @@ class StaticCosts:
     full_backward: Optional[float] = None
     step: float = 0.0
     recv: str = "rendezvous"
+    receive: float = 0.0
 
     def __post_init__(self):
         if self.recv not in RECV_MODELS:
             raise ScheduleError(f"StaticCosts recv={self.recv!r}: use one of {sorted(RECV_MODELS)}")
-        for name in ("forward", "backward_input", "backward_weight", "job", "message", "latency", "step"):
+        for name in ("forward", "backward_input", "backward_weight", "job", "message", "latency", "step", "receive"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and value >= 0):
                 raise ScheduleError(f"StaticCosts {name}={value!r} must be a number >= 0 (a time)")
@@ -164,7 +169,7 @@ def _extra(name: str, lowered, rank: int, n_chunks: int, split: bool, costs: Sta
     per_action = action_jobs(name, lowered, rank, n_chunks, split)
     actions = [a for a in lowered[rank] if a is not None]
     flat = [(t, a.microbatch, i) for i, (types, a) in enumerate(zip(per_action, actions)) for t in types]
-    extra = [costs.message if a.kind in SENDS else 0.0 for a in actions]
+    extra = [costs.message if a.kind in SENDS else costs.receive if a.kind in RECVS else 0.0 for a in actions]
     if paddle_pass:  # one job per compute action; messages inside it (VPP: recv_forward, send_backward alone)
         alone = (Kind.RECV_F, Kind.SEND_B) if name == "VPP" else ()
         starts = [i for i, a in enumerate(actions) if a.kind not in COMM or a.kind in alone for _ in per_action[i]]

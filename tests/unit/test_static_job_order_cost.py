@@ -149,5 +149,10 @@ def test_receives_posted_ahead_take_a_message_sent_before_them_without_a_hand_of
     for recv, want in (("rendezvous", 11.0), ("ahead", 10.0)):
         costs = StaticCosts(1, 1, 1, latency=0.5, recv=recv)
         assert simulate_static("FThenB", 2, 2, costs=costs).makespan == pytest.approx(want), recv
+    # a landed receive's own cost (0.25) is paid before it: stage 1 takes F1 at 2.75 (F1 2.75-3.75,
+    # B0 -5.75, B1 -7.75); stage 0 asks for B0 at 2.25, gets it at 6.25 (B0 -8.25) and B1, there
+    # at 8.25, at 8.5: B1 8.5-10.5
+    costs = StaticCosts(1, 1, 1, latency=0.5, recv="ahead", receive=0.25)
+    assert simulate_static("FThenB", 2, 2, costs=costs).makespan == pytest.approx(10.5)
     with pytest.raises(ScheduleError, match=r"recv='early': use one of \['ahead', 'rendezvous'\]"):
         StaticCosts(1, 1, 1, recv="early")
