@@ -24,6 +24,7 @@ PP2 = {"layer_meshes": [0, 0, 1, 1], "acc": 4, "steps": STEPS}
 VPP2 = {"layer_meshes": [0, 1, 0, 1], "acc": 4, "steps": STEPS, "vpp": 2}
 V2 = {"layer_meshes": [0, 1, 1, 0], "acc": 4, "steps": STEPS, "vpp": 2}
 ONE_STAGE = {"layer_meshes": [0, 0], "steps": STEPS}
+PP4 = {"layer_meshes": [0, 1, 2, 3], "acc": 4, "steps": STEPS}
 
 
 def _configs(model):
@@ -186,13 +187,27 @@ def four_rank_run(tmp_path_factory):
     # families (every dist.to_static builds fleet's gloo group of the four ranks again)
     cfgs = {"world group again": {"check": "world_group_again"},
             "DP+TP mlp": {**ONE_STAGE, "dp": 2, "tp": 2},
-            "DP+TP transformer": {**ONE_STAGE, "dp": 2, "tp": 2, "model": "transformer"}}
+            "DP+TP transformer": {**ONE_STAGE, "dp": 2, "tp": 2, "model": "transformer"},
+            # four stages: a middle rank receives on two channels, each posted ahead on its own
+            "PP4 1F1B": {**PP4, "schedule": "1F1B", "name_prefix": "pp4a_"},
+            "PP4 ZBH1": {**PP4, "schedule": "ZBH1", "name_prefix": "pp4b_"}}
     return _launch(cfgs, 4, tmp_path_factory.mktemp("static_4rank"), timeout=300)
 
 
 def test_dp_tp_on_4_ranks_matches_dense(four_rank_run):
     names, cfgs, results = four_rank_run
     _check(results, names, cfgs, only=["DP+TP mlp", "DP+TP transformer"])
+
+
+def test_four_stages_match_dense_with_two_channels_posted_ahead_on_the_middle_ranks(four_rank_run):
+    names, cfgs, results = four_rank_run
+    _check(results, names, cfgs, only=["PP4 1F1B", "PP4 ZBH1"])
+    message = sr.BATCH // 4 * sr.HIDDEN * 4   # a micro-batch's activation or its gradient, float32
+    for name in ("PP4 1F1B", "PP4 ZBH1"):
+        plans = [r[names.index(name)]["recv_plans"] for r in results]
+        # rank r takes 4 activations from r - 1 and 4 gradients from r + 1 per step
+        want = [{f"paddle_ext:p2p:{p}>{r}": [(message,) * 4] for p in (r - 1, r + 1) if 0 <= p < 4} for r in range(4)]
+        assert plans == want, (name, plans)
 
 
 def test_gloo_groups_rendezvous_on_their_own_store(four_rank_run):

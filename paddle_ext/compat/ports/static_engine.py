@@ -106,7 +106,9 @@ class LossJobPlan:
         if job_type in types:
             return self._plan.ir_program(job_type)
 
-        forwards = [t for t in types if t.startswith("forward")]
+        # a merged job type ("recv_forward0+forward0+send_forward0" on a middle stage) counts
+        # when one of its members is a forward
+        forwards = [t for t in types if any(m.startswith("forward") for m in t.split("+"))]
         for t in forwards:
             program = self._plan.ir_program(t)
             if not pir.is_fake_value(program.get_output_value_by_name(self._loss_name)):
