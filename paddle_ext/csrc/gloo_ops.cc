@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -200,28 +201,26 @@ void ReceiveAhead(std::string ring_id, int peer, RecvQueue* q) {
   }
 }
 
-RecvQueue* RecvQueueOf(const std::string& ring_id, int peer) {
+// A ring's channel (a SendQueue or a RecvQueue), made with its thread (`start`) on first use.
+template <typename Queue>
+Queue* ChannelOf(const std::string& ring_id, const std::function<void(Queue*)>& start) {
   static std::mutex mu;
-  static auto* queues = new std::unordered_map<std::string, RecvQueue*>();  // never freed: threads outlive exit
+  static auto* queues = new std::unordered_map<std::string, Queue*>();  // never freed: threads outlive exit
   std::lock_guard<std::mutex> lock(mu);
   auto it = queues->find(ring_id);
   if (it != queues->end()) return it->second;
-  auto* q = new RecvQueue();
+  auto* q = new Queue();
   (*queues)[ring_id] = q;
-  std::thread(ReceiveAhead, ring_id, peer, q).detach();
+  start(q);
   return q;
 }
 
+RecvQueue* RecvQueueOf(const std::string& ring_id, int peer) {
+  return ChannelOf<RecvQueue>(ring_id, [&](RecvQueue* q) { std::thread(ReceiveAhead, ring_id, peer, q).detach(); });
+}
+
 SendQueue* QueueOf(const std::string& ring_id) {
-  static std::mutex mu;
-  static auto* queues = new std::unordered_map<std::string, SendQueue*>();  // never freed: threads outlive exit
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = queues->find(ring_id);
-  if (it != queues->end()) return it->second;
-  auto* q = new SendQueue();
-  (*queues)[ring_id] = q;
-  std::thread(Drain, ring_id, q).detach();
-  return q;
+  return ChannelOf<SendQueue>(ring_id, [&](SendQueue* q) { std::thread(Drain, ring_id, q).detach(); });
 }
 }  // namespace
 
