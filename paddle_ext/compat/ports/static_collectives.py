@@ -12,7 +12,9 @@ Communicators are named by their ordered ranks (:func:`comm_key`), never by ring
 numbers static groups in a rank-dependent order), and every rank creates its own in one global
 order (:func:`wanted_communicators`, :func:`create_communicators`). Point-to-point uses one
 2-rank channel per direction (:func:`p2p_key`); a send enqueues and returns, a per-channel
-thread does the blocking gloo send, so a rank only waits in receives.
+thread does the blocking gloo send, so a rank only waits in receives. Receives are posted ahead:
+each carries its channel's byte sizes for one step of the job list (:func:`recv_plans`), and a
+per-channel thread posts the step's receives in turn from the step's first one.
 
 Under ``run_ranks(pin_cpus="compute")`` (``PADDLE_EXT_COMM_CPUS`` set) the communicators'
 gloo I/O threads start on those CPUs (:func:`comm_threads_free`) and are named ``pe_gloo_io``,
