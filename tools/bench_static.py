@@ -87,7 +87,7 @@ def predicted(mode: str, schedule: str, meshes, pp: int, m: int, chunks: int, pr
 #: ``--binding`` -> run_ranks's pin_cpus; the launch of ``both`` binds the compute only, then
 #: moves the communication threads back to the rank's CPU for the ``process`` half of each step
 PIN = {"process": True, "compute": "compute", "both": "compute", "none": False}
-COMM_THREADS = ("pe_gloo_send", "pe_gloo_io")  # gloo_ops.cc's and static_collectives.py's names
+COMM_THREADS = ("pe_gloo_send", "pe_gloo_recv", "pe_gloo_io")  # gloo_ops.cc's and static_collectives.py's names
 
 
 def bind_comm_threads(binding: str) -> int:
@@ -116,7 +116,7 @@ _IO = {}
 
 def thread_times(main: int, main_first: bool) -> dict:
     """``{class: [run ns, run-queue wait ns, involuntary switches]}`` summed over this process's
-    threads by class (``main``, ``pe_gloo_send``, ``pe_gloo_io``, ``other``: Paddle's executor
+    threads by class (``main``, ``pe_gloo_send``, ``pe_gloo_recv``, ``pe_gloo_io``, ``other``: Paddle's executor
     workers among them), from the kernel's ``/proc/self/task/<tid>/schedstat`` and ``status``.
     The main thread (the reader) is read first with ``main_first``, else last, so that its own
     reading stays out of a difference of a last-read and a first-read sample."""

@@ -81,12 +81,12 @@ struct SendQueue {
   std::string error;
 };
 
-// The send thread is named pe_gloo_send (top -H, /proc/<pid>/task/<tid>/comm). With
-// PADDLE_EXT_COMM_CPUS set ("0,1": run_ranks(pin_cpus="compute")) it runs on those CPUs, not on
-// the one CPU of the compute thread that started it: a queued message then does not wait for
-// this rank's compute to leave its CPU.
-void FreeFromCompute() {
-  pthread_setname_np(pthread_self(), "pe_gloo_send");
+// A channel's thread is named (pe_gloo_send, pe_gloo_recv: top -H, /proc/<pid>/task/<tid>/comm).
+// With PADDLE_EXT_COMM_CPUS set ("0,1": run_ranks(pin_cpus="compute")) it runs on those CPUs,
+// not on the one CPU of the compute thread that started it: a queued message then does not wait
+// for this rank's compute to leave its CPU.
+void FreeFromCompute(const char* name) {
+  pthread_setname_np(pthread_self(), name);
   const char* list = std::getenv("PADDLE_EXT_COMM_CPUS");
   if (list == nullptr || *list == '\0') return;
   cpu_set_t set;
@@ -133,7 +133,7 @@ void ShortSlice() {
 }
 
 void Drain(std::string ring_id, SendQueue* q) {
-  FreeFromCompute();
+  FreeFromCompute("pe_gloo_send");
   ShortSlice();
   for (;;) {
     std::pair<paddle::Tensor, int> item;
@@ -173,7 +173,7 @@ struct RecvQueue {
 };
 
 void ReceiveAhead(std::string ring_id, int peer, RecvQueue* q) {
-  pthread_setname_np(pthread_self(), "pe_gloo_recv");
+  FreeFromCompute("pe_gloo_recv");
   ShortSlice();
   for (;;) {
     int64_t nbytes = 0;

@@ -76,10 +76,10 @@ def thread_binding(cfg):
 
 
 def _split(result):
-    """(main, send threads, gloo I/O threads started after ``init_parallel_env``, every other
+    """(main, the channels' send and receive threads, gloo I/O threads started after ``init_parallel_env``, every other
     thread) as {tid: info}."""
     threads = result["threads"]
-    send = {t: v for t, v in threads.items() if v[0] == "pe_gloo_send"}
+    send = {t: v for t, v in threads.items() if v[0] in ("pe_gloo_send", "pe_gloo_recv")}
     io = {t: v for t, v in threads.items() if "epoll" in v[2] and t not in result["world"]}
     rest = {t: v for t, v in threads.items() if t not in send and t not in io and t != result["main"]}
     return threads[result["main"]], send, io, rest
