@@ -34,13 +34,15 @@ FThenB's: the schedule as the Engine runs it (jobs merged as the pass merges the
 FThenB/1F1B/VPP with their messages inside their jobs, non-blocking sends), with the costs
 ``tools/static_profile.py`` measures first in one profiled launch (per block warm F, I, W, B and
 what a job costs more when its block's weights or gradients are cold, which the simulator
-charges by the order of each schedule's jobs; the Engine's fixed cost per step; the
+charges by the order of each schedule's jobs; the same per stage for the two-block stages of
+FThenB, 1F1B and ZBH1, measured whole; the Engine's fixed cost per step; the
 executor's cost per job; a send's cost; a message's latency). ``--unit`` predicts with unit costs instead (F = I =
 W = 1 per stage, 1/2 per chunk of a two-chunk schedule; no runtime costs), as before.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -320,9 +322,21 @@ def _profiles(args) -> dict:
         blocks = ", ".join(f"{b}: " + "/".join(f"{x:.3f}" for x in fiw) for b, fiw in sorted(prof["blocks"].items()))
         cold = "; ".join(f"{state} " + ", ".join(f"{b}: " + "/".join(f"{x:.3f}" for x in fiw) for b, fiw in sorted(blocks.items()))
                          for state, blocks in prof.get("cold", {}).items())
-        print(f"profile, {binding} binding (ms): job {prof['job']:.3f}, send {prof['message']:.3f}, latency "
+        stages = "; ".join(f"{key}: warm " + ", ".join(f"{s}: " + "/".join(f"{x:.3f}" for x in fiw)
+                                                    for s, fiw in sorted(fig["warm"].items()))
+                           + "; cold " + "; ".join(f"{state} " + ", ".join(f"{s}: " + "/".join(f"{x:.3f}" for x in fiw)
+                                                                          for s, fiw in sorted(by.items()))
+                                                  for state, by in fig["cold"].items())
+                           for key, fig in prof.get("stages", {}).items())
+        if args.save_profile:
+            with open(args.save_profile if len(bindings_of(args.binding)) == 1 else f"{args.save_profile}.{binding}",
+                      "w") as f:
+                json.dump(prof, f)
+        print(f"profile, {binding} binding (ms): job {prof['job']:.3f}, send {prof['message']:.3f}, "
+              f"comm threads {prof.get('comm', 0.0):.3f} per message, latency "
               f"{prof['latency']:.3f} (receives {prof.get('recv', 'rendezvous')}, a landed one's op {prof.get('receive', 0.0):.3f}; median {prof['latency_median']:.3f} when the receive waits), "
-              f"step {prof.get('step', 0.0):.3f}, warm F/I/W/B per block {blocks}; cold adds: {cold}")
+              f"step {prof.get('step', 0.0):.3f}, warm F/I/W/B per block {blocks}; cold adds: {cold}"
+              + (f"; stages measured whole, {stages}" if stages else ""))
         out[binding] = prof
     return out
 
@@ -377,6 +391,7 @@ def main(argv=None) -> int:
                         help="with --interleave: also ZBH1 and ZBV with the weight gradient added to its gradient-merge "
                              "buffer by a separate add_ (bw_split.FUSE_GRAD_MERGE off), as before the addmm_")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
+    parser.add_argument("--save-profile", metavar="PATH", help="write the profile (static_profile.costs_from) as JSON")
     args = parser.parse_args(argv)
     if args.rows < 1 or args.acc < 1:
         parser.error(f"--rows {args.rows} and --acc {args.acc} must be at least 1")

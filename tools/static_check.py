@@ -41,12 +41,12 @@ from paddle_ext.passes.simulate import simulate_schedule  # noqa: E402
 from paddle_ext.passes.static.job_model import RECV_MODELS, cold_extras, simulate_static, split_costs  # noqa: E402
 from paddle_ext.passes.static.jobs import rank_schedule, run_kind, uses_split  # noqa: E402
 
-#: schedule_mode -> (the IR schedule it runs, layer meshes, chunks per rank); the first three are
-#: the profile's (static_profile.profile), whose jobs give the costs
+#: schedule_mode -> (the IR schedule it runs, layer meshes, chunks per rank); all five of
+#: :data:`PROFILED` are the profile's (static_profile.profile), whose jobs give the costs
 PLANS = {"ZBV": ("ZBV", [0, 1, 1, 0], 2), "IR_VPP": ("VPP", [0, 1, 0, 1], 2),
          "LoopedBFS": ("LoopedBFS", [0, 1, 0, 1], 2), "IR_FThenB": ("FThenB", [0, 0, 1, 1], 1),
          "IR_1F1B": ("1F1B", [0, 0, 1, 1], 1), "ZBH1": ("ZBH1", [0, 0, 1, 1], 1)}
-PROFILED = ("ZBV", "IR_VPP", "LoopedBFS")
+PROFILED = ("ZBV", "IR_VPP", "LoopedBFS", "IR_FThenB", "ZBH1")
 COMPUTE = (Kind.F, Kind.I, Kind.W, Kind.B)
 RECEIVES = (Kind.RECV_F, Kind.RECV_B)
 
@@ -122,8 +122,8 @@ def check(hidden: int, acc: int, rows: int, steps: int, env=None) -> dict:
     "charged", "ran", "replay"}}`` (ms)."""
     common = {"acc": acc, "steps": steps, "hidden": hidden, "batch": rows * acc}
     cfgs = [dict(common, schedule=mode, layer_meshes=meshes, vpp=chunks) for mode, (_, meshes, chunks) in PLANS.items()]
-    zbv, sequences = sp.launch_and_read(cfgs, "static_check_", timeout=900, env=env)
-    prof = sp.costs_from(zbv, {mode: sequences[mode] for mode in PROFILED})
+    zbv, sequences, comm = sp.launch_and_read(cfgs, "static_check_", timeout=900, env=env)
+    prof = sp.costs_from(zbv, {mode: sequences[mode] for mode in PROFILED}, comm)
     report: dict = {"profile": prof}
     for mode in PLANS:
         schedule, meshes, chunks = PLANS[mode]

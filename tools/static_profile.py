@@ -1,12 +1,13 @@
 """Profile the static Engine's jobs: what ``tools/bench_static.py`` gives the simulator.
 
-One 2-rank launch trains the benchmark's MLP with one job per action (no merge) under three
+One 2-rank launch trains the benchmark's MLP with one job per action (no merge) under five
 schedules, one step of each in turn (so that a change in the machine's other load hits all alike:
 the split backward of one and the full backward of the others are compared from the same
 seconds), ``paddle.profiler`` on for the rounds after the second: ZBV (backward split
 into I and W; layer meshes [0, 1, 1, 0]), paddle-ext's VPP (``IR_VPP``, full backward; layer
 meshes [0, 1, 0, 1]) and LoopedBFS (the same layers, each chunk's forwards, then its backwards,
-back to back); all run one block per stage. Paddle's executor records one event per job
+back to back), which run one block per stage, and IR_FThenB and ZBH1 on two blocks per stage
+(layer meshes [0, 0, 1, 1], one chunk), measured as whole stages (``stages``, below). Paddle's executor records one event per job
 (``<job type>-<micro-batch>``) and one per op, so for every job: its time, the time of the ops
 inside it, and the rest, the executor's fixed cost of a job. From them:
 
@@ -35,6 +36,16 @@ inside it, and the rest, the executor's fixed cost of a job. From them:
   not ``I + W`` (two matmuls in one ``matmul_grad`` op, no deferred gradient kept alive); ``W``
   is one mean, order-free (its cold and warm times do not differ in the profiles). A schedule's
   stage costs are the sums over its blocks (:func:`stage_costs`);
+* ``stages``: for the layout [0, 0, 1, 1] (one chunk; :func:`layout_key`), each stage's warm
+  ``F``, ``I``, ``W``, ``B`` and ``cold`` extras as for a block, from IR_FThenB's and ZBH1's jobs:
+  a plan on that layout takes them instead of its blocks' sums (:func:`simulator_costs`). A
+  two-block job is not the sum of two one-block jobs (a stage's forward ran 1.96 ms where its
+  blocks' sum was 2.17), and the one-block jobs were measured in two-chunk schedules, which move
+  two to three times the messages: the communication threads' CPU that lands inside a job is in
+  its time (docs/static_engine.md, "Eleventh pass");
+* ``comm``: the communication threads' CPU per message a rank sends or receives
+  (``profile_static.comm_ms_per_message`` over ZBV's profiled steps), reported, not charged: the
+  jobs' times already hold the part of it that runs while the rank computes;
 * ``step``: the Engine's fixed cost per step outside its micro-batch jobs (feeding the batch, the
   optimizer, fetching the loss): ``profile_static.step_overhead_ms`` over every profiled step.
 
@@ -58,7 +69,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "multirank"))
 
 # the trace readers ``paddle-ext profile --static`` uses for the static Engine's runtime costs
 from paddle_ext.plan import profile_static  # noqa: E402
-from paddle_ext.plan.profile_static import (handoffs, job_overhead_ms, job_sequences, job_times,  # noqa: E402,F401
+from paddle_ext.plan.profile_static import (comm_ms_per_message, handoffs, job_overhead_ms, job_sequences, job_times,  # noqa: E402,F401
                                             landed_receives, recv_mode,
                                             step_overhead_ms, window)
 
@@ -72,6 +83,14 @@ MALLOC_ENV = {"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_THRESHOLD_": str(1 << 30), "
 #: the profiled schedules on 2 ranks: (rank, chunk) -> the block that stage runs
 V_BLOCK = {(0, 0): 0, (1, 0): 1, (1, 1): 2, (0, 1): 3}  # ZBV, layer meshes [0, 1, 1, 0]
 LOOP_BLOCK = {(0, 0): 0, (1, 0): 1, (0, 1): 2, (1, 1): 3}  # IR_VPP, layer meshes [0, 1, 0, 1]
+#: the profiled one-block-per-stage schedules -> their (rank, chunk) -> block
+BLOCK_OF = {"ZBV": V_BLOCK, "IR_VPP": LOOP_BLOCK, "LoopedBFS": LOOP_BLOCK}
+#: the profiled two-block stages (layer meshes [0, 0, 1, 1], one chunk), measured as whole stages:
+#: a stage's job is not the sum of its blocks' one-block jobs (docs/static_engine.md, "Eleventh
+#: pass"); (rank, 0) -> its stage
+TWO_BLOCK_MESHES = [0, 0, 1, 1]
+TWO_BLOCK = ("IR_FThenB", "ZBH1")
+STAGE_OF = {(0, 0): 0, (1, 0): 1}
 
 
 def profile_rank(cfgs, out_dir: str) -> list:
@@ -95,23 +114,39 @@ def latencies(traces) -> list:
     return out
 
 
-def costs_from(traces, sequences) -> dict:
+def costs_from(traces, sequences, comm: float = 0.0) -> dict:
     """The figures (module doc) in milliseconds from the two ranks' :func:`job_times` under ZBV
-    (``traces``: ``job``, ``message``, ``latency``) and ``{"ZBV": per-rank job_sequences,
-    "IR_VPP": ..., "LoopedBFS": ...}`` (``sequences``: ``blocks``, ``cold``, ``step``)."""
+    (``traces``: ``job``, ``message``, ``latency``), ``{"ZBV": per-rank job_sequences,
+    "IR_VPP": ..., "LoopedBFS": ..., "IR_FThenB": ..., "ZBH1": ...}`` (``sequences``: ``blocks``
+    and ``cold`` from the first three, ``stages`` from the two-block stages of the last two when
+    given, ``step``) and the communication threads' CPU per message (``comm``)."""
     job = job_overhead_ms(traces)
     sends = [d for t in traces for d in t["send"]]
     first = latencies(traces)
     recv = recv_mode()
     waits = handoffs(traces, recv)
-    block_of = {"ZBV": V_BLOCK, "IR_VPP": LOOP_BLOCK, "LoopedBFS": LOOP_BLOCK}
-    blocks, cold = warm_and_cold([(block_of[k], v) for k, v in sequences.items()], job)
+    blocks, cold = warm_and_cold([(BLOCK_OF[k], v) for k, v in sequences.items() if k in BLOCK_OF], job)
+    by_stage = [(STAGE_OF, v) for k, v in sequences.items() if k in TWO_BLOCK]
+    stages = {}
+    if by_stage:
+        warm, stage_cold = warm_and_cold(by_stage, job)
+        stages[layout_key(TWO_BLOCK_MESHES, 1)] = {"warm": warm, "cold": stage_cold}
     landed = landed_receives(traces) if recv == "ahead" else []
     return {"job": job, "message": statistics.median(sends) / 1000 if sends else 0.0, "recv": recv,
-            "receive": statistics.mean(landed) / 1000 if landed else 0.0,
+            "receive": statistics.mean(landed) / 1000 if landed else 0.0, "comm": comm,
             "latency": statistics.mean(waits) / 1000 if waits else 0.0,
             "latency_median": statistics.median(first) / 1000 if first else 0.0, "blocks": blocks, "cold": cold,
-            "step": step_overhead_ms([seq for per_rank in sequences.values() for seq in per_rank])}
+            "stages": stages, "step": step_overhead_ms([seq for per_rank in sequences.values() for seq in per_rank])}
+
+
+def _by_int(figures: dict) -> dict:
+    """``{block or stage: figures}`` keyed by int (a profile read back from JSON has strings)."""
+    return {int(k): v for k, v in figures.items()}
+
+
+def layout_key(layer_meshes, chunks: int) -> str:
+    """How ``costs_from``'s ``stages`` names a plan's layout: ``"0,0,1,1/1"``."""
+    return ",".join(map(str, layer_meshes)) + f"/{chunks}"
 
 
 #: a profiled job's kind as the simulator names it
@@ -201,11 +236,20 @@ def simulator_costs(profile: dict, layer_meshes, chunks: int) -> tuple:
     from paddle_ext.passes import Costs
     from paddle_ext.passes.static.job_model import StaticCosts
 
-    per_stage = {s: Costs(*fiw) for s, fiw in stage_costs(profile["blocks"], layer_meshes, chunks).items()}
-    cold: dict = {}
-    for state, blocks in profile.get("cold", {}).items():
-        for s, fiw in stage_costs(blocks, layer_meshes, chunks).items():
-            cold.setdefault(s, {})[state] = Costs(*fiw)
+    measured = profile.get("stages", {}).get(layout_key(layer_meshes, chunks))
+    if measured:   # the layout's stages were profiled whole: their own costs
+        per_stage = {s: Costs(*fiw) for s, fiw in _by_int(measured["warm"]).items()}
+        cold: dict = {}
+        for state, by_stage in measured["cold"].items():
+            for s, fiw in _by_int(by_stage).items():
+                cold.setdefault(s, {})[state] = Costs(*fiw)
+    else:
+        per_stage = {s: Costs(*fiw) for s, fiw in stage_costs(_by_int(profile["blocks"]), layer_meshes, chunks).items()}
+        cold = {}
+        for state, blocks in profile.get("cold", {}).items():
+            blocks = _by_int(blocks)
+            for s, fiw in stage_costs(blocks, layer_meshes, chunks).items():
+                cold.setdefault(s, {})[state] = Costs(*fiw)
     costs = StaticCosts(1.0, 1.0, 1.0, job=profile["job"], message=profile["message"], latency=profile["latency"],
                         step=profile.get("step", 0.0), recv=profile.get("recv", "rendezvous"),
                         receive=profile.get("receive", 0.0))
@@ -216,7 +260,7 @@ def simulator_costs(profile: dict, layer_meshes, chunks: int) -> tuple:
 PIN = {"compute": "compute", "process": True, "none": False}
 
 
-#: rounds of the three profiled schedules (the profiler skips the first two): the cold levels are
+#: rounds of the profiled schedules (the profiler skips the first two): the cold levels are
 #: ratios of means of skewed job times, and with 8 profiled rounds the split of a full backward's
 #: cold cost between its weights and its gradients moved from launch to launch (gradients 0.0,
 #: 0.18, 0.63 ms; weights 0.5, 0.12, 0.0 in three launches), with 28 it held (gradients 0.10-0.14,
@@ -232,15 +276,16 @@ def profile(hidden: int, acc: int, steps: int = PROFILE_STEPS, timeout: int = 60
     common = {"acc": acc, "steps": steps, "vpp": 2, "hidden": hidden, "batch": rows * acc}
     cfgs = [dict(common, schedule="ZBV", layer_meshes=[0, 1, 1, 0]),
             dict(common, schedule="IR_VPP", layer_meshes=[0, 1, 0, 1]),
-            dict(common, schedule="LoopedBFS", layer_meshes=[0, 1, 0, 1])]
+            dict(common, schedule="LoopedBFS", layer_meshes=[0, 1, 0, 1]),
+            *[dict(common, schedule=mode, layer_meshes=TWO_BLOCK_MESHES, vpp=1) for mode in TWO_BLOCK]]
     return costs_from(*launch_and_read(cfgs, "static_profile_", timeout=timeout, env=env, binding=binding))
 
 
 def launch_and_read(cfgs, prefix: str, timeout: int, env=None, binding: str = "process") -> tuple:
     """Launch :func:`profile_rank` on 2 ranks for ``cfgs`` (the first one ZBV) in a new
     directory named ``prefix``..., ranks bound as ``binding`` says, and read the traces:
-    ``(ZBV's per-rank job_times, {schedule: per-rank job_sequences})``, as :func:`costs_from`
-    takes them."""
+    ``(ZBV's per-rank job_times, {schedule: per-rank job_sequences}, ZBV's communication-thread
+    CPU per message)``, as :func:`costs_from` takes them."""
     from paddle_ext.launcher import run_ranks
 
     import static_profile as me  # importable by module name in the ranks
@@ -248,9 +293,9 @@ def launch_and_read(cfgs, prefix: str, timeout: int, env=None, binding: str = "p
     out_dir = tempfile.mkdtemp(prefix=prefix)
     results = run_ranks(me.profile_rank, nproc=2, args=(cfgs, out_dir), timeout=timeout, pin_cpus=PIN[binding],
                         env=env, log_dir=os.path.join(out_dir, "logs"))
-    return ([job_times(r[0]["trace"], r[0]["window"]) for r in results],
-            {cfg["schedule"]: [job_sequences(r[i]["trace"], r[i]["window"]) for r in results]
-             for i, cfg in enumerate(cfgs)})
+    traces = [job_times(r[0]["trace"], r[0]["window"]) for r in results]
+    return (traces, {cfg["schedule"]: [job_sequences(r[i]["trace"], r[i]["window"]) for r in results]
+                     for i, cfg in enumerate(cfgs)}, comm_ms_per_message([r[0] for r in results], traces))
 
 
 def main(argv=None) -> int:

@@ -126,20 +126,58 @@ def profile_rank(cfgs, out_dir: str, build=build_mlp) -> list:
         dm.train()
         models.append((dm, [b for _, b in zip(range(cfg["steps"]), loader())], []))
     prof = profiler.Profiler(targets=[profiler.ProfilerTarget.CPU])
+    comm_ns = [0] * len(cfgs)   # per config, its profiled steps' communication-thread CPU
     for step in range(max(cfg["steps"] for cfg in cfgs)):
         if step == 2:
             prof.start()
-        for cfg, (dm, batches, times) in zip(cfgs, models):
+        for i, (cfg, (dm, batches, times)) in enumerate(zip(cfgs, models)):
             x, y = batches[step % len(batches)]
             dist.barrier()
+            before = comm_cpu_ns()
             start = time.perf_counter()
             with profiler.RecordEvent(window(cfg)):
                 dm(x, y)
             times.append(time.perf_counter() - start)
+            comm_ns[i] += (comm_cpu_ns() - before) if step >= 2 else 0
     prof.stop()
     path = os.path.join(out_dir, f"trace_{dist.get_rank()}.json")
     prof.export(path, format="json")
-    return [{"trace": path, "window": window(cfg), "step_seconds": times} for cfg, (_, _, times) in zip(cfgs, models)]
+    return [{"trace": path, "window": window(cfg), "step_seconds": times, "comm_ns": ns}
+            for cfg, (_, _, times), ns in zip(cfgs, models, comm_ns)]
+
+
+#: how paddle-ext names a rank's communication threads: the channels' ``pe_gloo_send`` and
+#: ``pe_gloo_recv`` (gloo_ops.cc), gloo's I/O threads ``pe_gloo_io`` (static_collectives)
+COMM_THREAD_PREFIX = "pe_gloo_"
+
+
+def comm_cpu_ns() -> int:
+    """The CPU time (ns) this process's communication threads (:data:`COMM_THREAD_PREFIX`) have
+    run so far, from the kernel's per-thread ``schedstat``; 0 where there is none (not Linux)."""
+    total = 0
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return 0
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if not f.read().startswith(COMM_THREAD_PREFIX):
+                    continue
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):   # the thread ended meanwhile
+            continue
+    return total
+
+
+def comm_ms_per_message(results, traces) -> float:
+    """The communication threads' CPU (ms) per message a rank sends or receives: per rank, the
+    ``comm_ns`` :func:`profile_rank` measured over its profiled steps over the gloo sends and
+    receives its trace (:func:`job_times`, the same steps) holds, averaged over the ranks."""
+    per_rank = [r["comm_ns"] / 1e6 / (len(t["send"]) + len(t["gloo_recv"])) for r, t in zip(results, traces)
+                if len(t["send"]) + len(t["gloo_recv"])]
+    return statistics.mean(per_rank) if per_rank else 0.0
 
 
 def _complete_events(trace_path: str) -> list:
@@ -292,5 +330,5 @@ def measure_static_engine(timeout: float = 600.0, log_dir=None, **sizes) -> dict
     return section
 
 
-__all__ = ["build_mlp", "handoffs", "job_sequences", "job_times", "landed_receives", "measure_static_engine", "profile_rank", "recv_mode", "runtime_from",
+__all__ = ["build_mlp", "comm_cpu_ns", "comm_ms_per_message", "handoffs", "job_sequences", "job_times", "landed_receives", "measure_static_engine", "profile_rank", "recv_mode", "runtime_from",
            "step_overhead_ms", "window"]

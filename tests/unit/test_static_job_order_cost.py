@@ -156,3 +156,39 @@ def test_receives_posted_ahead_take_a_message_sent_before_them_without_a_hand_of
     assert simulate_static("FThenB", 2, 2, costs=costs).makespan == pytest.approx(10.5)
     with pytest.raises(ScheduleError, match=r"recv='early': use one of \['ahead', 'rendezvous'\]"):
         StaticCosts(1, 1, 1, recv="early")
+
+
+def test_a_layout_profiled_whole_takes_its_own_stage_costs():
+    """``simulator_costs``: a plan whose layout the profile measured as whole stages (``stages``,
+    as ``costs_from`` writes them, through JSON) takes those; any other plan sums its blocks."""
+    prof = {"job": 0.1, "message": 0.2, "latency": 0.3, "comm": 0.05, "recv": "ahead", "receive": 0.02,
+            "blocks": {b: [1.0, 0.5, 0.5, 1.2] for b in range(4)},
+            "cold": {"weights": {b: [0.1, 0.1, 0.0, 0.1] for b in range(4)},
+                     "gradients": {b: [0.0, 0.0, 0.0, 0.2] for b in range(4)}},
+            "stages": {sp.layout_key([0, 0, 1, 1], 1): {"warm": {0: [1.6, 0.0, 1.8, 2.0], 1: [1.7, 0.9, 0.9, 2.1]},
+                                                        "cold": {"weights": {0: [0.3, 0.0, 0.0, 0.0],
+                                                                             1: [0.3, 0.2, 0.0, 0.0]},
+                                                                 "gradients": {0: [0.0, 0.0, 0.0, 0.4],
+                                                                               1: [0.0, 0.0, 0.0, 0.4]}}}}}
+    prof = json.loads(json.dumps(prof))   # as bench_static --save-profile keeps it: string keys
+    costs, per_stage, cold = sp.simulator_costs(prof, [0, 0, 1, 1], 1)
+    assert per_stage[0] == Costs(1.6, 0.0, 1.8, 2.0) and per_stage[1] == Costs(1.7, 0.9, 0.9, 2.1)
+    assert cold[1]["weights"] == Costs(0.3, 0.2, 0.0, 0.0) and cold[0]["gradients"].full_backward == 0.4
+    assert costs.receive == 0.02 and costs.latency == 0.3
+    # ZBV (one block per stage) is not that layout: each stage its block's figures
+    _, per_stage, cold = sp.simulator_costs(prof, [0, 1, 1, 0], 2)
+    assert per_stage[0] == Costs(1.0, 0.5, 0.5, 1.2) and cold[3]["gradients"] == Costs(0.0, 0.0, 0.0, 0.2)
+    # a layout of several blocks per stage not profiled whole (one stage of four): its blocks' sums
+    _, per_stage, _ = sp.simulator_costs(prof, [0, 0, 0, 0], 1)
+    assert per_stage == {0: Costs(4.0, 2.0, 2.0, 4.8)}
+
+
+def test_two_block_stages_are_measured_as_stages(tmp_path):
+    # IR_FThenB's rank 0 (stage 0, two blocks): F, F (warm), B (after a forward: cold gradients,
+    # 5.0), B (warm, 4.0)
+    jobs = [("forward0-0", 0, 2000), ("forward0-1", 2000, 1500), ("backward0-0", 3500, 5000),
+            ("backward0-1", 8500, 4000)]
+    seq = sp.job_sequences(_trace(tmp_path, jobs), sp.window({"schedule": "ZBV"}))
+    warm, cold = sp.warm_and_cold([(sp.STAGE_OF, [seq])], job=0.0)
+    assert warm[0][0] == pytest.approx(1.5) and cold["weights"][0][0] == pytest.approx(0.5)
+    assert warm[0][3] == pytest.approx(4.0) and cold["gradients"][0][3] == pytest.approx(1.0)

@@ -17,8 +17,9 @@ each carries its channel's byte sizes for one step of the job list (:func:`recv_
 per-channel thread posts the step's receives in turn from the step's first one.
 
 Under ``run_ranks(pin_cpus="compute")`` (``PADDLE_EXT_COMM_CPUS`` set) the communicators'
-gloo I/O threads start on those CPUs (:func:`comm_threads_free`) and are named ``pe_gloo_io``,
-as the send threads move themselves there (``pe_gloo_send``): the rank's compute keeps its CPU.
+gloo I/O threads start on those CPUs (:func:`comm_threads_free`), as the send threads move
+themselves there (``pe_gloo_send``): the rank's compute keeps its CPU. The I/O threads are named
+``pe_gloo_io`` under any binding.
 """
 from __future__ import annotations
 
@@ -103,26 +104,19 @@ def _tasks() -> set:
 @contextlib.contextmanager
 def comm_threads_free():
     """Threads the calling thread starts inside run on the CPUs ``PADDLE_EXT_COMM_CPUS`` names
-    (a new thread takes its creator's affinity) and are named ``pe_gloo_io``; without the
-    variable (or the OS call) nothing changes."""
+    (a new thread takes its creator's affinity); without the variable (or the OS call) nothing
+    changes. (:func:`create_communicators` names them ``pe_gloo_io`` under any binding.)"""
     wanted = os.environ.get(COMM_CPUS_ENV, "")
     if not wanted or not hasattr(os, "sched_setaffinity"):
         yield
         return
     cpus = {int(c) for c in wanted.split(",") if c.strip().isdigit()}
-    before, tasks = os.sched_getaffinity(0), _tasks()
+    before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, cpus)   # this thread only: the rank's other threads keep theirs
     try:
         yield
     finally:
         os.sched_setaffinity(0, before)
-        for tid in _tasks() - tasks:
-            try:
-                if os.sched_getaffinity(int(tid)) == cpus:   # started by this thread inside
-                    with open(f"/proc/self/task/{tid}/comm", "w") as f:
-                        f.write(IO_THREAD_NAME)
-            except OSError:   # the thread ended, or the name is not writable: only a label
-                pass
 
 
 #: how short a scheduler slice paddle-ext's communication threads ask for (microseconds; 0: the
@@ -177,8 +171,20 @@ def create_communicators() -> list:
                 core.CommContextManager.create_gloo_comm_context(store, key, ranks.index(rank), len(ranks))
                 _CREATED.add(key)
                 made.append(key)
-    short_slice(_tasks() - before)   # the communicators' gloo I/O threads
+    new = _tasks() - before   # the communicators' gloo I/O threads
+    _name(new, IO_THREAD_NAME)   # under any binding: their CPU time is read by name (profile_static.comm_cpu_ns)
+    short_slice(new)
     return made
+
+
+def _name(tids, name: str) -> None:
+    """Name this process's threads ``tids`` ``name`` (only a label; a thread that ended is skipped)."""
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/comm", "w") as f:
+                f.write(name)
+        except OSError:
+            pass
 
 
 # phi ReduceType (kRedSum, kRedMax, kRedMin, kRedProd) -> the reduce_type GlooCommContext::AllReduce
