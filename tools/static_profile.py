@@ -69,9 +69,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "multirank"))
 
 # the trace readers ``paddle-ext profile --static`` uses for the static Engine's runtime costs
 from paddle_ext.plan import profile_static  # noqa: E402
-from paddle_ext.plan.profile_static import (comm_ms_per_message, handoffs, job_overhead_ms, job_sequences, job_times,  # noqa: E402,F401
-                                            landed_receives, recv_mode,
-                                            step_overhead_ms, window)
+from paddle_ext.plan.profile_static import (comm_ms_per_message, handoffs, job_overhead_ms,  # noqa: E402,F401
+                                            job_sequences, job_times, landed_receives, message_costs_ms,
+                                            recv_mode, step_overhead_ms, window)
 
 #: glibc malloc settings for the ranks (``--glibc-default`` in bench_static.py drops them): one arena,
 #: and freed memory kept. Paddle's executor allocates each micro-batch's temporaries (a 4 MB
@@ -120,23 +120,18 @@ def costs_from(traces, sequences, comm: float = 0.0) -> dict:
     "IR_VPP": ..., "LoopedBFS": ..., "IR_FThenB": ..., "ZBH1": ...}`` (``sequences``: ``blocks``
     and ``cold`` from the first three, ``stages`` from the two-block stages of the last two when
     given, ``step``) and the communication threads' CPU per message (``comm``)."""
-    job = job_overhead_ms(traces)
-    sends = [d for t in traces for d in t["send"]]
+    runtime = message_costs_ms(traces)
+    job = runtime["job"]
     first = latencies(traces)
-    recv = recv_mode()
-    waits = handoffs(traces, recv)
     blocks, cold = warm_and_cold([(BLOCK_OF[k], v) for k, v in sequences.items() if k in BLOCK_OF], job)
     by_stage = [(STAGE_OF, v) for k, v in sequences.items() if k in TWO_BLOCK]
     stages = {}
     if by_stage:
         warm, stage_cold = warm_and_cold(by_stage, job)
         stages[layout_key(TWO_BLOCK_MESHES, 1)] = {"warm": warm, "cold": stage_cold}
-    landed = landed_receives(traces) if recv == "ahead" else []
-    return {"job": job, "message": statistics.median(sends) / 1000 if sends else 0.0, "recv": recv,
-            "receive": statistics.mean(landed) / 1000 if landed else 0.0, "comm": comm,
-            "latency": statistics.mean(waits) / 1000 if waits else 0.0,
-            "latency_median": statistics.median(first) / 1000 if first else 0.0, "blocks": blocks, "cold": cold,
-            "stages": stages, "step": step_overhead_ms([seq for per_rank in sequences.values() for seq in per_rank])}
+    return {**runtime, "comm": comm, "latency_median": statistics.median(first) / 1000 if first else 0.0,
+            "blocks": blocks, "cold": cold, "stages": stages,
+            "step": step_overhead_ms([seq for per_rank in sequences.values() for seq in per_rank])}
 
 
 def _by_int(figures: dict) -> dict:

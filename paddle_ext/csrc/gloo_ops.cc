@@ -297,10 +297,6 @@ std::vector<paddle::Tensor> Broadcast(const paddle::Tensor& x, const std::string
 }
 
 std::vector<std::vector<int64_t>> SameShape(const std::vector<int64_t>& x) { return {x}; }
-std::vector<std::vector<int64_t>> RecvShape(const std::vector<int64_t>& x, const std::string& ring_id, int peer,
-                                            const std::vector<int64_t>& plan) {
-  return {x};
-}
 std::vector<std::vector<int64_t>> OneShape(const std::vector<int64_t>& x) { return {{1}}; }
 std::vector<std::vector<int64_t>> GatherShape(const std::vector<int64_t>& x, const std::string& ring_id, int nranks) {
   auto s = x;
@@ -314,16 +310,15 @@ std::vector<std::vector<int64_t>> ScatterShape(const std::vector<int64_t>& x, co
 }
 std::vector<paddle::DataType> SameType(const paddle::DataType& t) { return {t}; }
 
-#define PE_OP(name, fn, attr, shape)                                              \
-  PD_BUILD_OP(name).Inputs({"X"}).Outputs({"Out"}).Attrs({"ring: std::string", attr})  \
-      .SetKernelFn(PD_KERNEL(fn)).SetInferShapeFn(PD_INFER_SHAPE(shape))          \
+// An op of one input X and one output Out, its attributes the ring's name and then `...`. A shape
+// function may ignore the attributes (SameShape serves ops of any).
+#define PE_OP(name, fn, shape, ...)                                                     \
+  PD_BUILD_OP(name).Inputs({"X"}).Outputs({"Out"}).Attrs({"ring: std::string", __VA_ARGS__})  \
+      .SetKernelFn(PD_KERNEL(fn)).SetInferShapeFn(PD_INFER_SHAPE(shape))                 \
       .SetInferDtypeFn(PD_INFER_DTYPE(SameType))
-PE_OP(pe_gloo_send, Send, "peer: int", OneShape);
-PD_BUILD_OP(pe_gloo_recv).Inputs({"X"}).Outputs({"Out"})
-    .Attrs({"ring: std::string", "peer: int", "plan: std::vector<int64_t>"})
-    .SetKernelFn(PD_KERNEL(Recv)).SetInferShapeFn(PD_INFER_SHAPE(RecvShape))
-    .SetInferDtypeFn(PD_INFER_DTYPE(SameType));
-PE_OP(pe_gloo_all_reduce, AllReduce, "reduce_op: int", SameShape);
-PE_OP(pe_gloo_all_gather, AllGather, "nranks: int", GatherShape);
-PE_OP(pe_gloo_broadcast, Broadcast, "root: int", SameShape);
-PE_OP(pe_gloo_reduce_scatter, ReduceScatter, "nranks: int", ScatterShape);
+PE_OP(pe_gloo_send, Send, OneShape, "peer: int");
+PE_OP(pe_gloo_recv, Recv, SameShape, "peer: int", "plan: std::vector<int64_t>");
+PE_OP(pe_gloo_all_reduce, AllReduce, SameShape, "reduce_op: int");
+PE_OP(pe_gloo_all_gather, AllGather, GatherShape, "nranks: int");
+PE_OP(pe_gloo_broadcast, Broadcast, SameShape, "root: int");
+PE_OP(pe_gloo_reduce_scatter, ReduceScatter, ScatterShape, "nranks: int");

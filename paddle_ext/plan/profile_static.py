@@ -262,31 +262,44 @@ def step_overhead_ms(sequences) -> float:
     return statistics.median(outside) / 1000
 
 
-def handoffs(traces, recv: str = "rendezvous") -> list:
-    """Per message, the time (us) from the later of its send and receive ops starting to the end
-    of its receive: the two ranks' n-th gloo send and receive on one direction are one message
-    (one ring per pair of ranks, sends drained in order). ``recv="ahead"`` (receives posted ahead
-    by the channel's thread): from the send's start, over the messages whose receive op waited
-    for them (started before the send): the others had landed before their op asked."""
-    out = []
+def message_pairs(traces):
+    """``(send start, receive start, receive end)`` us of every message between the two ranks'
+    :func:`job_times`: the n-th gloo send of one rank and the n-th receive of the other are one
+    message (one ring per pair of ranks, sends drained in order), both directions."""
     for a, b in ((0, 1), (1, 0)):
-        pairs = zip(traces[a]["gloo_send"], traces[b]["gloo_recv"])
-        if recv == "ahead":
-            out += [r_end - s_start for (s_start, _), (r_start, r_end) in pairs if r_start < s_start]
-        else:
-            out += [r_end - max(r_start, s_start) for (s_start, _), (r_start, r_end) in pairs]
-    return out
+        for (s_start, _), (r_start, r_end) in zip(traces[a]["gloo_send"], traces[b]["gloo_recv"]):
+            yield s_start, r_start, r_end
+
+
+def handoffs(traces, recv: str = "rendezvous") -> list:
+    """Per message (:func:`message_pairs`), the time (us) from the later of its send and receive
+    ops starting to the end of its receive. ``recv="ahead"`` (receives posted ahead by the
+    channel's thread): from the send's start, over the messages whose receive op waited for them
+    (started before the send): the others had landed before their op asked."""
+    if recv == "ahead":
+        return [r_end - s_start for s_start, r_start, r_end in message_pairs(traces) if r_start < s_start]
+    return [r_end - max(r_start, s_start) for s_start, r_start, r_end in message_pairs(traces)]
 
 
 def landed_receives(traces, after_us: float = 1000.0) -> list:
     """The time (us) of each receive op asked for at least ``after_us`` after its message's send
     started: with receives posted ahead its message has landed, and the op only takes it from
     the channel's thread and copies it out (a receive's own cost, ``StaticCosts.receive``)."""
-    out = []
-    for a, b in ((0, 1), (1, 0)):
-        out += [r_end - r_start for (s_start, _), (r_start, r_end) in zip(traces[a]["gloo_send"], traces[b]["gloo_recv"])
-                if r_start - s_start >= after_us]
-    return out
+    return [r_end - r_start for s_start, r_start, r_end in message_pairs(traces) if r_start - s_start >= after_us]
+
+
+def message_costs_ms(traces) -> dict:
+    """The runtime's figures the simulator takes from the two ranks' :func:`job_times`, in ms:
+    ``job`` (:func:`job_overhead_ms`), ``message`` (a send op's median), ``recv``
+    (:func:`recv_mode`), ``latency`` (the mean of :func:`handoffs` under it) and ``receive`` (the
+    mean of :func:`landed_receives` with receives posted ahead, else 0); 0 where none ran."""
+    sends = [d for t in traces for d in t["send"]]
+    recv = recv_mode()
+    waits = handoffs(traces, recv)
+    landed = landed_receives(traces) if recv == "ahead" else []
+    return {"job": job_overhead_ms(traces), "message": statistics.median(sends) / 1000 if sends else 0.0,
+            "recv": recv, "latency": statistics.mean(waits) / 1000 if waits else 0.0,
+            "receive": statistics.mean(landed) / 1000 if landed else 0.0}
 
 
 def recv_mode() -> str:
@@ -304,15 +317,11 @@ def job_overhead_ms(traces) -> float:
 
 def runtime_from(traces) -> dict:
     """The ``static_engine`` section (seconds) from the two ranks' :func:`job_times`."""
-    sends = [d for t in traces for d in t["send"]]
-    recv = recv_mode()
-    waits = handoffs(traces, recv)
-    if not sends or not waits:
+    if not any(t["send"] for t in traces) or not handoffs(traces, recv_mode()):
         raise ValueError("the profiled steps hold no gloo send or receive: not a pipeline run")
-    landed = landed_receives(traces) if recv == "ahead" else []
-    return {"job_s": job_overhead_ms(traces) / 1000, "message_s": statistics.median(sends) / 1e6,
-            "latency_s": statistics.mean(waits) / 1e6, "recv": recv,
-            "receive_s": statistics.mean(landed) / 1e6 if landed else 0.0}
+    ms = message_costs_ms(traces)
+    return {"job_s": ms["job"] / 1000, "message_s": ms["message"] / 1000, "latency_s": ms["latency"] / 1000,
+            "recv": ms["recv"], "receive_s": ms["receive"] / 1000}
 
 
 def measure_static_engine(timeout: float = 600.0, log_dir=None, **sizes) -> dict:
@@ -330,5 +339,6 @@ def measure_static_engine(timeout: float = 600.0, log_dir=None, **sizes) -> dict
     return section
 
 
-__all__ = ["build_mlp", "comm_cpu_ns", "comm_ms_per_message", "handoffs", "job_sequences", "job_times", "landed_receives", "measure_static_engine", "profile_rank", "recv_mode", "runtime_from",
-           "step_overhead_ms", "window"]
+__all__ = ["build_mlp", "comm_cpu_ns", "comm_ms_per_message", "handoffs", "job_sequences", "job_times",
+           "landed_receives", "measure_static_engine", "message_costs_ms", "message_pairs", "profile_rank", "recv_mode",
+           "runtime_from", "step_overhead_ms", "window"]
