@@ -205,7 +205,8 @@ def interleaved_rank(cfgs, steps: int, bindings=("process",), sched: bool = Fals
                 _add_times(result, before, thread_times(threading.get_native_id(), True), steps - 1)
     if len(bindings) > 1 and not moved:
         raise RuntimeError(f"no thread named {' or '.join(COMM_THREADS)} on this rank: the bindings {bindings} "
-                           "measured the same thing; run the static Engine on paddle-ext's gloo ops")
+                           "measured the same thing; run the static Engine on paddle-ext's gloo channels "
+                           "(PADDLE_EXT_P2P_SOCKETS=0: sockets need no communication thread)")
     return out
 
 

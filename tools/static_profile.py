@@ -14,8 +14,8 @@ inside it, and the rest, the executor's fixed cost of a job. From them:
 * ``job``: the median of (job time - its ops' time) over ZBV's compute jobs;
 * ``message``: the median time of a gloo send op (a receive's own work is as long; its wait is
   the simulator's business);
-* ``latency``: receives posted ahead (``recv`` ``"ahead"``, ``PADDLE_EXT_RECV_AHEAD``, the
-  default), the mean time from a message's send op starting to the end of its receive, over ZBV's
+* ``latency``: messages that land without their receive op (``recv`` ``"ahead"``: socket
+  channels, the default, or gloo's with ``PADDLE_EXT_RECV_AHEAD``), the mean time from a message's send op starting to the end of its receive, over ZBV's
   messages whose receive op was waiting when the send started; else (``"rendezvous"``) the mean
   time from the later of a message's send and receive ops starting to the end of its receive,
   over ZBV's messages (the two ranks' n-th send and receive on one direction

@@ -1,4 +1,5 @@
-// paddle-ext: gloo collectives that find their communicator by ring id when they run.
+// paddle-ext: gloo collectives that find their communicator by ring id when they run, and the
+// pipeline's point-to-point messages on a TCP socket per channel (SocketChannel, below) or on gloo.
 //
 // Why a C++ op: on CPU every static collective kernel reads its communicator from the one shared
 // CPU DeviceContext, and the executor binds it only if none is bound yet (SetDeviceCommContext:
@@ -15,9 +16,11 @@
 // all-reduces the whole tensor and keeps this rank's block of dim 0 (block i for the i-th member
 // of the ring, as Paddle's kernel). The sum is the all_reduce's, so the block is exact; the
 // traffic is an all_reduce's rather than a reduce-scatter's.
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -222,9 +225,135 @@ RecvQueue* RecvQueueOf(const std::string& ring_id, int peer) {
 SendQueue* QueueOf(const std::string& ring_id) {
   return ChannelOf<SendQueue>(ring_id, [&](SendQueue* q) { std::thread(Drain, ring_id, q).detach(); });
 }
+// A point-to-point channel on a plain TCP socket (p2p_sockets.py connects one per channel and
+// names its descriptor in PADDLE_EXT_P2P_FD_<sender>_<receiver>; PADDLE_EXT_P2P_SOCKETS=0 keeps
+// gloo). The kernel's socket buffers do what the gloo path needs two threads per channel for:
+// a send op writes what the socket takes at once and returns, a message sent before its receive
+// waits in the receiver's buffer, and the receive op reads it straight into its output. Only a
+// message the socket cannot take at once (its buffer full of unread messages) goes to the
+// channel's thread (started then), and every later one behind it while any is left, so a send
+// never waits for its receiver.
+struct SocketChannel {
+  int fd = -1;
+  bool writer = false;  // the channel's thread, started the first time a socket is full
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<paddle::Tensor, size_t>> pending;  // a copy, and its bytes already written
+  std::string error;
+};
+
+int SocketFd(const std::string& ring_id) {
+  auto at = ring_id.find("p2p:");
+  if (at == std::string::npos) return -1;
+  std::string pair = ring_id.substr(at + 4);
+  auto gt = pair.find('>');
+  if (gt == std::string::npos) return -1;
+  std::string name = "PADDLE_EXT_P2P_FD_" + pair.substr(0, gt) + "_" + pair.substr(gt + 1);
+  const char* text = std::getenv(name.c_str());
+  return (text != nullptr && *text != '\0') ? std::atoi(text) : -1;
+}
+
+size_t WriteSome(int fd, const char* data, size_t n, bool wait, const std::string& ring_id) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t k = ::send(fd, data + done, n - done, MSG_NOSIGNAL | (wait ? 0 : MSG_DONTWAIT));
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && !wait && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    PD_CHECK(k > 0, "paddle-ext p2p socket send on ", ring_id, " failed: ", std::strerror(errno),
+             " (the peer's process ended?). PADDLE_EXT_P2P_SOCKETS=0 sends through gloo");
+    done += static_cast<size_t>(k);
+  }
+  return done;
+}
+
+int TimeoutMs() {
+  const char* text = std::getenv("PADDLE_EXT_P2P_TIMEOUT_S");
+  long s = (text == nullptr || *text == '\0') ? 1800 : std::strtol(text, nullptr, 10);
+  return s > 0 ? static_cast<int>(s * 1000) : -1;
+}
+
+void ReadAll(int fd, char* data, size_t n, const std::string& ring_id) {
+  static const int timeout_ms = TimeoutMs();
+  while (n > 0) {
+    struct pollfd p = {fd, POLLIN, 0};
+    int ready = ::poll(&p, 1, timeout_ms);
+    if (ready < 0 && errno == EINTR) continue;
+    PD_CHECK(ready != 0, "paddle-ext p2p socket receive on ", ring_id, ": no data for ", timeout_ms / 1000,
+             " s (PADDLE_EXT_P2P_TIMEOUT_S); the peer is stuck or its job list does not send this message");
+    ssize_t k = ::read(fd, data, n);
+    if (k < 0 && errno == EINTR) continue;
+    PD_CHECK(k > 0, "paddle-ext p2p socket receive on ", ring_id, " failed: ",
+             k == 0 ? "the peer closed the channel (its process ended?)" : std::strerror(errno));
+    data += k;
+    n -= static_cast<size_t>(k);
+  }
+}
+
+void SocketDrain(std::string ring_id, SocketChannel* c) {
+  FreeFromCompute("pe_gloo_send");
+  ShortSlice();
+  for (;;) {
+    std::pair<paddle::Tensor, size_t> item;
+    {
+      std::unique_lock<std::mutex> lock(c->mu);
+      c->cv.wait(lock, [c] { return !c->pending.empty(); });
+      item = c->pending.front();
+    }
+    const auto* data = static_cast<const char*>(Dense(item.first)->data());
+    size_t n = static_cast<size_t>(item.first.numel()) * phi::SizeOf(item.first.dtype());
+    std::string error;
+    try {
+      WriteSome(c->fd, data + item.second, n - item.second, true, ring_id);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    std::lock_guard<std::mutex> lock(c->mu);
+    if (!error.empty()) c->error = error;
+    c->pending.pop_front();
+    c->cv.notify_all();
+  }
+}
+
+// The ring's socket channel, or nullptr when it has no socket (the gloo path).
+SocketChannel* SocketOf(const std::string& ring_id) {
+  static std::mutex mu;
+  static auto* channels = new std::unordered_map<std::string, SocketChannel*>();  // never freed, as ChannelOf
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = channels->find(ring_id);
+  if (it != channels->end()) return it->second;
+  SocketChannel* c = nullptr;
+  int fd = SocketFd(ring_id);
+  if (fd >= 0) {
+    c = new SocketChannel();
+    c->fd = fd;
+  }
+  (*channels)[ring_id] = c;
+  return c;
+}
+
+void SocketSend(SocketChannel* c, const paddle::Tensor& x, const std::string& ring_id) {
+  const auto* data = static_cast<const char*>(Dense(x)->data());
+  size_t n = static_cast<size_t>(x.numel()) * phi::SizeOf(x.dtype());
+  {
+    std::lock_guard<std::mutex> lock(c->mu);
+    PD_CHECK(c->error.empty(), "paddle-ext p2p socket send on ", ring_id, " failed: ", c->error);
+    size_t done = c->pending.empty() ? WriteSome(c->fd, data, n, false, ring_id) : 0;
+    if (done == n) return;
+    c->pending.emplace_back(x.copy_to(x.place(), true), done);
+    if (!c->writer) {
+      c->writer = true;
+      std::thread(SocketDrain, ring_id, c).detach();
+    }
+  }
+  c->cv.notify_all();
+}
 }  // namespace
 
 std::vector<paddle::Tensor> Send(const paddle::Tensor& x, const std::string& ring_id, int peer) {
+  if (SocketChannel* c = SocketOf(ring_id)) {
+    SocketSend(c, x, ring_id);
+    return {paddle::full({1}, 0, x.dtype(), x.place())};
+  }
   SendQueue* q = QueueOf(ring_id);
   auto copy = x.copy_to(x.place(), true);
   {
@@ -238,6 +367,11 @@ std::vector<paddle::Tensor> Send(const paddle::Tensor& x, const std::string& rin
 std::vector<paddle::Tensor> Recv(const paddle::Tensor& like, const std::string& ring_id, int peer,
                                  const std::vector<int64_t>& plan) {
   auto out = paddle::empty(like.shape(), like.dtype(), like.place());
+  if (SocketChannel* c = SocketOf(ring_id)) {
+    ReadAll(c->fd, static_cast<char*>(Dense(out)->data()),
+            static_cast<size_t>(out.numel()) * phi::SizeOf(out.dtype()), ring_id);
+    return {out};
+  }
   if (plan.empty()) {  // no plan (dynamic shapes, or PADDLE_EXT_RECV_AHEAD=0): a blocking receive
     Call("recv", ring_id, [&] { Ring(ring_id)->Recv(Dense(out), peer, 0); });
     return {out};

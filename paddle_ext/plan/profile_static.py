@@ -40,6 +40,7 @@ import paddle.nn.functional as F
 import paddle.profiler as profiler
 
 from .. import install
+from ..compat.ports import p2p_sockets
 from ..compat.ports.static_collectives import recv_ahead
 from ..launcher import run_ranks
 from ..passes.static import passes as static_passes
@@ -303,9 +304,11 @@ def message_costs_ms(traces) -> dict:
 
 
 def recv_mode() -> str:
-    """How this process's static Engine posts receives: ``"ahead"`` (the default) or
-    ``"rendezvous"`` (``PADDLE_EXT_RECV_AHEAD=0``); ``passes.static.job_model.RECV_MODELS``."""
-    return "ahead" if recv_ahead() else "rendezvous"
+    """How this process's static Engine receives (``passes.static.job_model.RECV_MODELS``):
+    ``"ahead"`` when a message lands without waiting for its receive op, on a socket (the
+    default) or on gloo's channels with receives posted ahead; ``"rendezvous"`` on gloo's
+    channels with ``PADDLE_EXT_RECV_AHEAD=0``."""
+    return "ahead" if p2p_sockets.enabled() or recv_ahead() else "rendezvous"
 
 
 def job_overhead_ms(traces) -> float:

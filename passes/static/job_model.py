@@ -81,9 +81,10 @@ class StaticCosts:
     fetching the loss: it adds to every schedule alike). Any unit; :func:`simulate_static`
     returns makespans in it. ``recv`` is how receives are posted: ``"rendezvous"`` when their
     op runs (gloo moves the data only then: ``latency`` after the later of the two posts),
-    ``"ahead"`` by the channel's receive thread from the step's plan (the data there ``latency``
-    after its send; ``PADDLE_EXT_RECV_AHEAD``, the default), and then ``receive`` is what a
-    receive op costs when its message has landed (taking it from the thread, the copy out),
+    ``"ahead"`` when the data lands without its receive op: a socket channel (the default) or a
+    gloo channel whose receive thread posts the step's plan ahead (the data there ``latency``
+    after its send), and then ``receive`` is what a receive op costs when its message has
+    landed (reading it from the socket, or taking it from the thread and the copy out),
     paid before the receive like ``message`` before a send (with ``"rendezvous"`` that work is
     inside ``latency``: leave it 0)."""
 

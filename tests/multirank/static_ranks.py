@@ -330,7 +330,21 @@ def train_losses(cfg):
 
     params = {_weight_name(k): rec(v) for k, v in dm.state_dict("param").items()}   # this rank's, after training
     return {"losses": losses, "jobs": jobs, "log": records, "step_seconds": times, "params": params,
-            "recv_plans": {ring: sorted(p) for ring, p in recv_plans.items()}}
+            "recv_plans": {ring: sorted(p) for ring, p in recv_plans.items()}, "comm_threads": _comm_threads()}
+
+
+def _comm_threads() -> list:
+    """The names of this rank's paddle-ext communication threads (``pe_gloo_*``), sorted."""
+    names = []
+    for tid in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else []:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().strip()
+        except OSError:
+            continue
+        if name.startswith("pe_gloo_") and name != "pe_gloo_io":
+            names.append(name)
+    return sorted(names)
 
 
 def world_group_again(cfg):

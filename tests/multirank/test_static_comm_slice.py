@@ -1,6 +1,6 @@
 """The static Engine's communication threads ask for a short scheduler slice
-(``PADDLE_EXT_COMM_SLICE_US``, 100 us by default): the send and receive threads of each channel
-(``gloo_ops.cc``) and the gloo I/O thread of each communicator the Engine creates
+(``PADDLE_EXT_COMM_SLICE_US``, 100 us by default): a channel's send and receive threads where it has
+them (``gloo_ops.cc``: gloo's channels, ``PADDLE_EXT_P2P_SOCKETS=0``, or a full socket) and the gloo I/O thread of each communicator the Engine creates
 (``static_collectives.short_slice``); every other thread keeps the kernel's slice. Read back from
 ``/proc/self/task/<tid>/sched`` (``se.slice``, ns) after a ZBV run of 2 ranks."""
 import os
@@ -62,8 +62,9 @@ def test_the_engines_communication_threads_take_a_short_slice_and_nothing_else_d
         slices = r["slices"]
         short = {t: v for t, v in slices.items() if v[1] == 100_000}
         send = [t for t, (name, _) in slices.items() if name == "pe_gloo_send"]
-        recv = [t for t, (name, _) in slices.items() if name == "pe_gloo_recv"]  # receives posted ahead
-        assert send and recv and all(t in short for t in send + recv), (send, recv, slices)
+        recv = [t for t, (name, _) in slices.items() if name == "pe_gloo_recv"]  # gloo's channels only
+        # sockets (the default) start a channel's writer only when a socket is full: none here
+        assert all(t in short for t in send + recv), (send, recv, slices)
         # one gloo I/O thread per communicator the Engine created, besides the channels' threads
         assert len(short) - len(send) - len(recv) == r["comms"] >= 2, (short, r["comms"])
         assert not set(short) & set(r["before"])          # not init_parallel_env's threads

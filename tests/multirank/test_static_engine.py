@@ -45,12 +45,12 @@ def _step_losses(per_rank):
     return np.mean(np.array(rows), axis=0)
 
 
-def _launch(cfgs, nproc, log_dir, timeout=240):
-    """Train every config of ``cfgs`` in order in one launch of ``nproc`` ranks; returns
-    ``(names, cfgs, results)`` with ``results[rank][i]`` for ``names[i]``."""
+def _launch(cfgs, nproc, log_dir, timeout=240, env=None):
+    """Train every config of ``cfgs`` in order in one launch of ``nproc`` ranks (their environment
+    plus ``env``); returns ``(names, cfgs, results)`` with ``results[rank][i]`` for ``names[i]``."""
     names = list(cfgs)
     results = run_ranks(sr.train_many, nproc=nproc, args=([cfgs[n] for n in names],), timeout=timeout,
-                        log_dir=log_dir)
+                        log_dir=log_dir, env=env)
     return names, cfgs, results
 
 
@@ -82,7 +82,6 @@ def mlp_run(tmp_path_factory):
     cfgs["IR_1F1B"] = {**PP2, "schedule": "IR_1F1B"}
     cfgs["R->P on stage 1"] = {**PP2, "schedule": "FThenB", "acc": 2, "r_to_p": True, "mesh_1d": True}
     cfgs["R->P on stage 1, Paddle's function"] = {**cfgs["R->P on stage 1"], "paddle_r_to_p": True}
-    cfgs["ZBV, receives posted when they run"] = {**V2, "schedule": "ZBV", "recv_ahead": False}
     cfgs["unknown"] = {**PP2, "schedule": "ZB-H3"}  # last: Paddle cannot build another model after it
     return _launch(cfgs, 2, tmp_path_factory.mktemp("static_mlp"))
 
@@ -109,12 +108,13 @@ def test_job_lists_come_from_the_schedules(mlp_run):
     assert ("recv_forward", 0) in jobs["1F1B"][1]  # Paddle's own 1F1B pass, run on gloo
 
 
-def test_receives_are_posted_ahead_from_the_step_plan(mlp_run):
-    """Every pipeline receive carries its channel's plan for one step (the receive thread posts the
-    step's receives ahead from it): one entry per message the rank takes on that channel in a
-    step, each a micro-batch's activation or its gradient ([rows, hidden] float32). With
-    PADDLE_EXT_RECV_AHEAD=0 the receives carry none (they block when they run), and that ZBV
-    trains as exactly as the others (test_mlp_every_plan_matches_dense)."""
+def test_messages_go_through_sockets_without_a_receive_thread(mlp_run):
+    """By default each channel is a socket (compat/ports/p2p_sockets.py): a rank has no send or
+    receive thread (a channel starts its writer only once its socket is full, which these
+    small messages never fill: tests/unit/test_p2p_sockets.py fills one). Every
+    receive still carries its channel's plan for one step (what the gloo channels post ahead
+    from: test_gloo_channels_match_dense): one entry per message the rank takes on that channel
+    in a step, each a micro-batch's activation or its gradient ([rows, hidden] float32)."""
     names, cfgs, results = mlp_run
     message = sr.BATCH // PP2["acc"] * sr.HIDDEN * 4
     # per rank, the channel it receives on and the messages per step: FThenB and 1F1B receive
@@ -125,6 +125,26 @@ def test_receives_are_posted_ahead_from_the_step_plan(mlp_run):
             plans = r[names.index(name)]["recv_plans"]
             assert plans == {f"paddle_ext:p2p:{1 - rank}>{rank}": [(message,) * per_step]}, (name, rank, plans)
     for rank, r in enumerate(results):
+        assert r[names.index("ZBV")]["comm_threads"] == [], (rank, r[names.index("ZBV")]["comm_threads"])
+
+
+@pytest.fixture(scope="module")
+def gloo_run(tmp_path_factory):
+    """The same schedules on gloo's channels (``PADDLE_EXT_P2P_SOCKETS=0``): receives posted ahead
+    by a thread per channel, and posted by their ops (``PADDLE_EXT_RECV_AHEAD=0``)."""
+    cfgs = {"FThenB": {**PP2, "schedule": "FThenB"}, "ZBV": {**V2, "schedule": "ZBV"},
+            "ZBV, receives posted when they run": {**V2, "schedule": "ZBV", "recv_ahead": False}}
+    return _launch(cfgs, 2, tmp_path_factory.mktemp("static_gloo"), env={"PADDLE_EXT_P2P_SOCKETS": "0"})
+
+
+def test_gloo_channels_match_dense(gloo_run):
+    names, cfgs, results = gloo_run
+    _check(results, names, cfgs)
+    message = sr.BATCH // PP2["acc"] * sr.HIDDEN * 4
+    for rank, r in enumerate(results):
+        zbv = r[names.index("ZBV")]
+        assert zbv["recv_plans"] == {f"paddle_ext:p2p:{1 - rank}>{rank}": [(message,) * 8]}, (rank, zbv)
+        assert zbv["comm_threads"] == ["pe_gloo_recv", "pe_gloo_send"], (rank, zbv["comm_threads"])
         plans = r[names.index("ZBV, receives posted when they run")]["recv_plans"]
         assert plans == {f"paddle_ext:p2p:{1 - rank}>{rank}": [()]}, (rank, plans)
 
@@ -188,7 +208,7 @@ def four_rank_run(tmp_path_factory):
     cfgs = {"world group again": {"check": "world_group_again"},
             "DP+TP mlp": {**ONE_STAGE, "dp": 2, "tp": 2},
             "DP+TP transformer": {**ONE_STAGE, "dp": 2, "tp": 2, "model": "transformer"},
-            # four stages: a middle rank receives on two channels, each posted ahead on its own
+            # four stages: a middle rank receives on two channels and sends on two (sockets)
             "PP4 1F1B": {**PP4, "schedule": "1F1B", "name_prefix": "pp4a_"},
             "PP4 ZBH1": {**PP4, "schedule": "ZBH1", "name_prefix": "pp4b_"}}
     return _launch(cfgs, 4, tmp_path_factory.mktemp("static_4rank"), timeout=300)
@@ -199,7 +219,7 @@ def test_dp_tp_on_4_ranks_matches_dense(four_rank_run):
     _check(results, names, cfgs, only=["DP+TP mlp", "DP+TP transformer"])
 
 
-def test_four_stages_match_dense_with_two_channels_posted_ahead_on_the_middle_ranks(four_rank_run):
+def test_four_stages_match_dense_with_two_channels_each_way_on_the_middle_ranks(four_rank_run):
     names, cfgs, results = four_rank_run
     _check(results, names, cfgs, only=["PP4 1F1B", "PP4 ZBH1"])
     message = sr.BATCH // 4 * sr.HIDDEN * 4   # a micro-batch's activation or its gradient, float32

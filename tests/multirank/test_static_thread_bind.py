@@ -90,9 +90,11 @@ def test_compute_binding_frees_the_comm_threads_only(tmp_path):
     allowed = sorted(os.sched_getaffinity(0))
     if len(allowed) < 2:
         pytest.skip(f"this process may run on {len(allowed)} CPU: the binding is the same either way")
+    gloo = {"PADDLE_EXT_P2P_SOCKETS": "0"}   # gloo's channels: a send and a receive thread each, to bind
     compute = run_ranks(thread_binding, nproc=2, args=(CFG,), timeout=300, pin_cpus="compute",
-                        log_dir=tmp_path / "compute")
-    whole = run_ranks(thread_binding, nproc=2, args=(CFG,), timeout=300, pin_cpus=True, log_dir=tmp_path / "whole")
+                        log_dir=tmp_path / "compute", env=gloo)
+    whole = run_ranks(thread_binding, nproc=2, args=(CFG,), timeout=300, pin_cpus=True, log_dir=tmp_path / "whole",
+                      env=gloo)
     for rank, (c, w) in enumerate(zip(compute, whole)):
         own = [allowed[rank % len(allowed)]]
         main, send, io, rest = _split(c)

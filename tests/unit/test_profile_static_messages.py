@@ -30,11 +30,15 @@ def test_hand_offs_and_landed_receives_by_hand():
     assert ps.landed_receives(traces) == [50]
 
 
-@pytest.mark.parametrize("ahead, latency, receive", [("1", 0.35, 0.05), ("0", 0.25, 0.0)])
-def test_the_simulators_message_costs_follow_the_transport(monkeypatch, ahead, latency, receive):
+@pytest.mark.parametrize("sockets, ahead, recv, latency, receive", [
+    ("1", "0", "ahead", 0.35, 0.05),        # sockets: a message lands without its receive op
+    ("0", "1", "ahead", 0.35, 0.05),        # gloo's channels, receives posted ahead
+    ("0", "0", "rendezvous", 0.25, 0.0)])   # gloo's channels, each receive posted by its op
+def test_the_simulators_message_costs_follow_the_transport(monkeypatch, sockets, ahead, recv, latency, receive):
+    monkeypatch.setenv("PADDLE_EXT_P2P_SOCKETS", sockets)
     monkeypatch.setenv("PADDLE_EXT_RECV_AHEAD", ahead)
     costs = ps.message_costs_ms(_traces())
-    assert costs["recv"] == ("ahead" if ahead == "1" else "rendezvous")
+    assert costs["recv"] == recv
     assert costs["latency"] == pytest.approx(latency) and costs["receive"] == pytest.approx(receive)
     assert costs["message"] == pytest.approx(0.02)   # the send ops' median (20, 20, 30 us)
     assert costs["job"] == pytest.approx(0.02)   # a job less its ops

@@ -52,7 +52,7 @@ def apply():
     def _init_comm(self):
         result = init_comm(self)  # Paddle's groups, for the ops left to Paddle and later Engines
         if getattr(self, "_paddle_ext_rings", False):
-            create_communicators()
+            create_communicators(sockets=False)   # send/recv stay Paddle's here (NOT_P2P)
             eager_barrier()
         return result
 

@@ -11,10 +11,12 @@ communicator up by name when they run.
 Communicators are named by their ordered ranks (:func:`comm_key`), never by ring id (Paddle
 numbers static groups in a rank-dependent order), and every rank creates its own in one global
 order (:func:`wanted_communicators`, :func:`create_communicators`). Point-to-point uses one
-2-rank channel per direction (:func:`p2p_key`); a send enqueues and returns, a per-channel
-thread does the blocking gloo send, so a rank only waits in receives. Receives are posted ahead:
-each carries its channel's byte sizes for one step of the job list (:func:`recv_plans`), and a
-per-channel thread posts the step's receives in turn from the step's first one.
+channel per direction (:func:`p2p_key`), a TCP socket by default (:mod:`.p2p_sockets`: the send
+op writes and returns, the receive op reads). On gloo's channels (``PADDLE_EXT_P2P_SOCKETS=0``)
+a send enqueues and returns, a per-channel thread does the blocking gloo send, so a rank only
+waits in receives, and receives are posted ahead: each carries its channel's byte sizes for one
+step of the job list (:func:`recv_plans`), and a per-channel thread posts the step's receives
+in turn from the step's first one.
 
 Under ``run_ranks(pin_cpus="compute")`` (``PADDLE_EXT_COMM_CPUS`` set) the communicators'
 gloo I/O threads start on those CPUs (:func:`comm_threads_free`), as the send threads move
@@ -39,6 +41,7 @@ import paddle
 
 from ...errors import ScheduleError
 from ..native.cpp_build import build_and_load, paths
+from . import p2p_sockets
 
 logger = logging.getLogger("paddle_ext.static")
 
@@ -158,8 +161,10 @@ def short_slice(tids) -> int:
     return done
 
 
-def create_communicators() -> list:
-    """Create this rank's communicators of :func:`wanted_communicators`; returns the new keys."""
+def create_communicators(sockets: bool = True) -> list:
+    """Create this rank's communicators of :func:`wanted_communicators`; returns the new keys.
+    With ``sockets`` (and :func:`.p2p_sockets.enabled`) its point-to-point channels are also
+    connected as sockets, which the rewritten send and receive ops then use."""
 
     rank = paddle.distributed.get_rank()
     store = core.create_or_get_global_tcp_store()
@@ -171,6 +176,8 @@ def create_communicators() -> list:
                 core.CommContextManager.create_gloo_comm_context(store, key, ranks.index(rank), len(ranks))
                 _CREATED.add(key)
                 made.append(key)
+    if sockets and p2p_sockets.enabled():
+        p2p_sockets.connect(store, rank, [(k, r) for k, r in wanted_communicators() if ":p2p:" in k and rank in r])
     new = _tasks() - before   # the communicators' gloo I/O threads
     _name(new, IO_THREAD_NAME)   # under any binding: their CPU time is read by name (profile_static.comm_cpu_ns)
     short_slice(new)
