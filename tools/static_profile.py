@@ -233,18 +233,17 @@ def simulator_costs(profile: dict, layer_meshes, chunks: int) -> tuple:
 
     measured = profile.get("stages", {}).get(layout_key(layer_meshes, chunks))
     if measured:   # the layout's stages were profiled whole: their own costs
-        per_stage = {s: Costs(*fiw) for s, fiw in _by_int(measured["warm"]).items()}
-        cold: dict = {}
-        for state, by_stage in measured["cold"].items():
-            for s, fiw in _by_int(by_stage).items():
-                cold.setdefault(s, {})[state] = Costs(*fiw)
-    else:
-        per_stage = {s: Costs(*fiw) for s, fiw in stage_costs(_by_int(profile["blocks"]), layer_meshes, chunks).items()}
-        cold = {}
-        for state, blocks in profile.get("cold", {}).items():
-            blocks = _by_int(blocks)
-            for s, fiw in stage_costs(blocks, layer_meshes, chunks).items():
-                cold.setdefault(s, {})[state] = Costs(*fiw)
+        by_stage, warm, cold_by_state = _by_int, measured["warm"], measured["cold"]
+    else:          # else each stage sums its blocks'
+        def by_stage(figures):
+            return stage_costs(_by_int(figures), layer_meshes, chunks)
+
+        warm, cold_by_state = profile["blocks"], profile.get("cold", {})
+    per_stage = {s: Costs(*fiw) for s, fiw in by_stage(warm).items()}
+    cold: dict = {}
+    for state, figures in cold_by_state.items():
+        for s, fiw in by_stage(figures).items():
+            cold.setdefault(s, {})[state] = Costs(*fiw)
     costs = StaticCosts(1.0, 1.0, 1.0, job=profile["job"], message=profile["message"], latency=profile["latency"],
                         step=profile.get("step", 0.0), recv=profile.get("recv", "rendezvous"),
                         receive=profile.get("receive", 0.0))
